@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Make the dev environment on a fresh machine, offline from Ansible Galaxy:
+#  1. a venv from the pinned requirements/dev.txt;
+#  2. the collections we depend on, taken from the `ansible` PyPI wheel
+#     (requirements/collections.txt), plus this repo linked in as gpuops.k8s, under
+#     .build/collections so ANSIBLE_COLLECTIONS_PATH finds everything;
+#  3. ansible-test's pip bootstrap script, which it would otherwise download from a host
+#     that is unreachable here: a stand-in that runs pip from a PyPI wheel.
+# Every step is skipped when its inputs have not changed, so re-running costs ~0.1 s.
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+venv=${GPUOPS_VENV:-$repo/.venv}
+cache=${GPUOPS_CACHE:-$repo/.cache}
+collections=$repo/.build/collections
+python=${PYTHON:-python3}
+
+log() { printf 'bootstrap: %s\n' "$*" >&2; }
+stamp_of() { cat "$@" | sha256sum | cut -c1-16; }
+
+"$python" - <<'PY' || { log "Python >= 3.11 is required (set PYTHON=...)"; exit 1; }
+import sys
+sys.exit(0 if sys.version_info >= (3, 11) else 1)
+PY
+
+# 1. venv
+want=$(stamp_of "$repo/requirements/dev.txt")
+if [ "$(cat "$venv/.gpuops-stamp" 2>/dev/null)" != "$want" ]; then
+  log "creating venv $venv"
+  [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$repo/requirements/dev.txt"
+  echo "$want" >"$venv/.gpuops-stamp"
+fi
+
+# 2. collections
+want=$(stamp_of "$repo/requirements/collections.txt")
+if [ "$(cat "$collections/.gpuops-stamp" 2>/dev/null)" != "$want" ]; then
+  mapfile -t lines < <(grep -v -e '^\s*#' -e '^\s*$' "$repo/requirements/collections.txt")
+  wheel_req=${lines[0]}
+  mkdir -p "$cache/wheels"
+  wheel=$(ls "$cache"/wheels/"${wheel_req%%==*}"-"${wheel_req##*==}"-*.whl 2>/dev/null | head -n 1 || true)
+  if [ -z "$wheel" ]; then
+    log "downloading $wheel_req (collections only are extracted)"
+    "$venv/bin/python" -m pip download -q --disable-pip-version-check --no-deps -d "$cache/wheels" "$wheel_req"
+    wheel=$(ls "$cache"/wheels/"${wheel_req%%==*}"-"${wheel_req##*==}"-*.whl | head -n 1)
+  fi
+  rm -rf "$collections"
+  mkdir -p "$collections/ansible_collections/gpuops"
+  "$venv/bin/python" - "$wheel" "$collections" "${lines[@]:1}" <<'PY'
+import sys
+import zipfile
+
+wheel, dest, names = sys.argv[1], sys.argv[2], sys.argv[3:]
+prefixes = tuple('ansible_collections/%s/' % n.replace('.', '/') for n in names)
+with zipfile.ZipFile(wheel) as archive:
+    members = [m for m in archive.namelist() if m.startswith(prefixes)]
+    missing = [n for n, p in zip(names, prefixes) if not any(m.startswith(p) for m in members)]
+    if missing:
+        sys.exit('bootstrap: %s does not carry %s' % (wheel, ', '.join(missing)))
+    archive.extractall(dest, members)
+PY
+  echo "$want" >"$collections/.gpuops-stamp"
+fi
+ln -sfn "$repo" "$collections/ansible_collections/gpuops/k8s"
+
+# 3. ansible-test's pip bootstrap (pip version from ansible-test's get_venv_packages)
+pip_version=$("$venv/bin/python" - <<'PY'
+from ansible_test._internal.python_requirements import get_venv_packages
+from ansible_test._internal.config import PythonConfig  # noqa: F401  (import check only)
+import inspect, re
+src = inspect.getsource(get_venv_packages)
+print(re.search(r"pip='([0-9.]+)'", src).group(1))
+PY
+)
+get_pip=$HOME/.ansible/test/cache/get_pip_${pip_version//./_}.py
+if ! grep -q 'gpuops.k8s' "$get_pip" 2>/dev/null; then
+  mkdir -p "$cache/wheels" "$(dirname "$get_pip")"
+  pip_wheel=$(ls "$cache"/wheels/pip-"$pip_version"-*.whl 2>/dev/null | head -n 1 || true)
+  if [ -z "$pip_wheel" ]; then
+    "$venv/bin/python" -m pip download -q --disable-pip-version-check --no-deps -d "$cache/wheels" "pip==$pip_version"
+    pip_wheel=$(ls "$cache"/wheels/pip-"$pip_version"-*.whl | head -n 1)
+  fi
+  cp "$pip_wheel" "$(dirname "$get_pip")/"
+  cat >"$get_pip" <<PY
+# Offline stand-in for get-pip.py, written by gpuops.k8s scripts/bootstrap.sh.
+# ansible-test runs this to put pip into the venvs it makes; the real script lives on a
+# host that is unreachable here, so run pip from its PyPI wheel instead.
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "$(basename "$pip_wheel")"))
+from pip._internal.cli.main import main  # noqa: E402
+
+# get-pip.py takes pip-install arguments plus options of its own that pip does not know.
+args = [a for a in sys.argv[1:] if a not in ("--no-setuptools", "--no-wheel")]
+sys.exit(main(["install"] + args))
+PY
+fi
+log "ready: venv $venv, collections $collections"
