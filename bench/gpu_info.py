@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Copyright (c) gpuops.k8s contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
@@ -51,7 +50,7 @@ def nvml_sources():
 
 def timed(command, env, runs):
     samples = []
-    for _ in range(runs):
+    for _run in range(runs):
         start = time.perf_counter()
         subprocess.run(command, env=env, capture_output=True, check=False)
         samples.append((time.perf_counter() - start) * 1000)

@@ -8,44 +8,53 @@ import os
 import subprocess
 from pathlib import Path
 
-import pytest
-
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(os.environ.get("GPUOPS_VENV", REPO / ".venv")) / "bin"
 COLLECTIONS = REPO / ".build" / "collections"
 
-
-def ansible_env(**extra):
-    """Environment for the ansible CLI: this collection, JSON output, no user config."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
-    env.update(
-        ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS),
-        ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
-        ANSIBLE_STDOUT_CALLBACK="json",
-        ANSIBLE_LOCALHOST_WARNING="false",
-        ANSIBLE_INVENTORY_UNPARSED_WARNING="false",
-    )
-    env.update({k: str(v) for k, v in extra.items()})
-    return env
+# Inherited variables that would change what ansible, the loader or the mock NVML does.
+_SCRUBBED_PREFIXES = ("ANSIBLE_", "MOCK_NVML_", "MOCK_MIG_", "MOCK_TOPOLOGY_")
+_SCRUBBED = ("LD_LIBRARY_PATH", "LD_PRELOAD", "NODE_NAME")
 
 
-def run_module(name, args=None, env=None, check=False, python=None):
-    """Run one module on localhost through `ansible`; return its result dict.
+def process_env(env=None):
+    """os.environ without variables that steer ansible or NVML, plus env."""
+    base = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(_SCRUBBED_PREFIXES) and key not in _SCRUBBED
+    }
+    base.update({key: str(value) for key, value in (env or {}).items()})
+    return base
 
-    python: the interpreter that runs the module (default: the venv's). Passed as a
-    variable because implicit localhost ignores ANSIBLE_PYTHON_INTERPRETER.
+
+def run_module(args=None, env=None, *, module="gpuops.k8s.gpu_info", check=False, python=None, timeout=180):
+    """Run one module on implicit localhost with the real `ansible` CLI; return its result.
+
+    env: extra environment (LD_LIBRARY_PATH, MOCK_NVML_CONFIG, ...). python: the
+    interpreter that runs the module (default: the venv's); passed as a variable because
+    implicit localhost ignores ANSIBLE_PYTHON_INTERPRETER. The result is the host's dict
+    from the JSON callback: return values plus `failed`, `msg` and `warnings` where set.
     """
     interpreter = {"ansible_python_interpreter": str(python or VENV_BIN / "python")}
-    command = [str(VENV_BIN / "ansible"), "localhost", "-m", name, "-e", json.dumps(interpreter)]
+    command = [str(VENV_BIN / "ansible"), "localhost", "-m", module, "-e", json.dumps(interpreter)]
     if args:
         command += ["-a", json.dumps(args)]
     if check:
         command.append("--check")
-    proc = subprocess.run(
-        command, check=False, env=ansible_env(**(env or {})), capture_output=True, text=True, timeout=120
+    full_env = process_env(env)
+    full_env.update(
+        ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS),
+        ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
+        ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
+        ANSIBLE_LOCALHOST_WARNING="false",
+        ANSIBLE_INVENTORY_UNPARSED_WARNING="false",
     )
+    proc = subprocess.run(command, check=False, capture_output=True, text=True, env=full_env, timeout=timeout)
     try:
-        output = json.loads(proc.stdout)
-    except ValueError:
-        pytest.fail("ansible printed no JSON (rc %d):\n%s\n%s" % (proc.returncode, proc.stdout, proc.stderr))
-    return output["plays"][0]["tasks"][0]["hosts"]["localhost"]
+        return json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
+    except (ValueError, KeyError, IndexError) as error:
+        raise AssertionError(
+            "ansible gave no module result (%s; rc %d)\nstdout:\n%s\nstderr:\n%s"
+            % (error, proc.returncode, proc.stdout, proc.stderr)
+        ) from error

@@ -33,16 +33,16 @@ def debian_nvml_dir(no_nvml_dir):
 
 
 def test_no_library_fails_saying_the_driver_is_not_installed(no_nvml_dir):
-    result = run_module("gpuops.k8s.gpu_info", env={"LD_LIBRARY_PATH": no_nvml_dir})
+    result = run_module(env={"LD_LIBRARY_PATH": no_nvml_dir})
     assert result["failed"] is True
     assert "NVIDIA driver is not installed" in result["msg"]
     assert result["nvml"]["available"] is False
     assert result["nvml"]["reason"] == "library_not_found"
-    assert "Traceback" not in str(result) and "File \"" not in str(result)
+    assert "Traceback" not in str(result) and 'File "' not in str(result)
 
 
 def test_driver_not_loaded_fails_with_what_to_check(debian_nvml_dir):
-    result = run_module("gpuops.k8s.gpu_info", env={"LD_LIBRARY_PATH": debian_nvml_dir})
+    result = run_module(env={"LD_LIBRARY_PATH": debian_nvml_dir})
     assert result["failed"] is True
     assert result["nvml"]["reason"] == "init_failed"
     assert "kernel driver is not loaded" in result["msg"]
@@ -54,9 +54,7 @@ def test_driver_not_loaded_fails_with_what_to_check(debian_nvml_dir):
 @pytest.mark.parametrize("case", ["no_nvml_dir", "debian_nvml_dir"])
 def test_require_nvml_false_reports_instead_of_failing(request, case, check_mode):
     libdir = request.getfixturevalue(case)
-    result = run_module(
-        "gpuops.k8s.gpu_info", {"require_nvml": False}, env={"LD_LIBRARY_PATH": libdir}, check=check_mode
-    )
+    result = run_module({"require_nvml": False}, env={"LD_LIBRARY_PATH": libdir}, check=check_mode)
     assert not result.get("failed")
     assert result["changed"] is False
     assert result["nvml"]["available"] is False
@@ -71,12 +69,12 @@ def test_require_nvml_false_reports_instead_of_failing(request, case, check_mode
 def test_missing_nvidia_ml_py_names_the_package(tmp_path):
     bare = tmp_path / "bare"
     venv.create(bare, with_pip=False)  # an interpreter without nvidia-ml-py
-    result = run_module("gpuops.k8s.gpu_info", python=bare / "bin" / "python")
+    result = run_module(python=bare / "bin" / "python")
     assert result["failed"] is True
     assert "nvidia-ml-py" in result["msg"]
 
 
 def test_bad_option_is_rejected_with_its_name():
-    result = run_module("gpuops.k8s.gpu_info", {"require_nvml": "sometimes"})
+    result = run_module({"require_nvml": "sometimes"})
     assert result["failed"] is True
     assert "require_nvml" in result["msg"]
