@@ -28,7 +28,9 @@ def process_env(env=None):
     return base
 
 
-def run_module(args=None, env=None, *, module="gpuops.k8s.gpu_info", check=False, python=None, timeout=180):
+def run_module(
+    args=None, env=None, *, module="gpuops.k8s.gpu_info", check=False, diff=False, python=None, timeout=180
+):
     """Run one module on implicit localhost with the real `ansible` CLI; return its result.
 
     env: extra environment (LD_LIBRARY_PATH, MOCK_NVML_CONFIG, ...). python: the
@@ -42,6 +44,8 @@ def run_module(args=None, env=None, *, module="gpuops.k8s.gpu_info", check=False
         command += ["-a", json.dumps(args)]
     if check:
         command.append("--check")
+    if diff:
+        command.append("--diff")
     full_env = process_env(env)
     full_env.update(
         ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS),

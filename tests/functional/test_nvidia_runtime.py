@@ -1,0 +1,233 @@
+# Copyright (c) gpuops.k8s contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""nvidia_runtime through the real CLI, checked by the real runtimes.
+
+What the module writes must be read by Debian's containerd 1.6 (bookworm), 1.7 (trixie)
+and 2.1 (sid) as intended (`containerd config dump`: the merged view, imports included),
+and accepted by dockerd 26 (`dockerd --validate`); check mode must predict the real run.
+"""
+
+import hashlib
+import json
+
+import pytest
+import tomllib
+from conftest import run_module
+from runtimes import CONTAINERD_SUITES, containerd_dump, dockerd_validate
+
+BINARY = "/usr/bin/nvidia-container-runtime"
+
+MAIN_V2 = """\
+version = 2
+# Written by the site's own tooling: this comment and the layout must survive.
+root = "/var/lib/containerd"
+oom_score = -999
+
+[grpc]
+  address = "/run/containerd/containerd.sock"
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "registry.k8s.io/pause:3.9" # pinned
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = true
+"""
+
+MAIN_V3 = """\
+version = 3
+# containerd 2.x layout
+root = '/var/lib/containerd'
+
+[plugins.'io.containerd.cri.v1.images'.pinned_images]
+  sandbox = 'registry.k8s.io/pause:3.10'
+
+[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+  runtime_type = 'io.containerd.runc.v2'
+  [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+    SystemdCgroup = true
+"""
+
+# (suite, main config, CRI runtime plugin as `config dump` prints it)
+CONTAINERD_CASES = [
+    ("bookworm", MAIN_V2, "io.containerd.grpc.v1.cri"),
+    ("trixie", MAIN_V2, "io.containerd.grpc.v1.cri"),
+    ("sid", MAIN_V2, "io.containerd.cri.v1.runtime"),  # 2.x migrates v2 on load
+    ("sid", MAIN_V3, "io.containerd.cri.v1.runtime"),
+]
+assert {case[0] for case in CONTAINERD_CASES} == set(CONTAINERD_SUITES)
+
+
+def digest(path):
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else None
+
+
+def dumped(suite, path):
+    rc, out, err = containerd_dump(suite, path)
+    assert rc == 0, err
+    return tomllib.loads(out)
+
+
+def runtimes_of(dump, plugin):
+    return dump["plugins"][plugin]["containerd"]
+
+
+@pytest.mark.parametrize("mode", ["in_place", "drop_in"])
+@pytest.mark.parametrize(("suite", "main", "plugin"), CONTAINERD_CASES)
+def test_containerd_reads_the_nvidia_runtime_and_keeps_the_rest(tmp_path, suite, main, plugin, mode):
+    config = tmp_path / "config.toml"
+    config.write_text(main)
+    before = dumped(suite, config)
+    args = {
+        "runtime": "containerd",
+        "path": str(config),
+        "config_mode": mode,
+        "drop_in_path": str(tmp_path / "conf.d" / "99-nvidia.toml"),
+        "set_as_default": True,
+    }
+    predicted = run_module(args, module="gpuops.k8s.nvidia_runtime", check=True, diff=True)
+    assert config.read_text() == main, "check mode wrote the file"
+    assert not (tmp_path / "conf.d").exists(), "check mode made the drop-in directory"
+
+    result = run_module(args, module="gpuops.k8s.nvidia_runtime", diff=True)
+    assert result["changed"] and result["restart_required"]
+    for key in ("changed", "restart_required", "changed_files", "diff"):
+        assert predicted[key] == result[key], "check mode mispredicted %s" % key
+
+    after = dumped(suite, config)
+    cri = runtimes_of(after, plugin)
+    assert cri["default_runtime_name"] == "nvidia"
+    nvidia = cri["runtimes"]["nvidia"]
+    assert nvidia["options"]["BinaryName"] == BINARY
+    assert nvidia["options"]["SystemdCgroup"] is True, "runc's cgroup driver was not carried over"
+    assert cri["runtimes"]["runc"]["options"]["SystemdCgroup"] is True
+    # Everything else containerd reads is as before.
+    cri["runtimes"].pop("nvidia")
+    cri.pop("default_runtime_name")
+    runtimes_of(before, plugin).pop("default_runtime_name")
+    if mode == "drop_in":
+        assert after["imports"] == [*before["imports"], args["drop_in_path"]]
+        after["imports"] = before["imports"]
+    assert after == before
+    if mode == "in_place":
+        text = config.read_text()
+        assert all(line in text for line in main.splitlines() if "#" in line), "a comment was lost"
+
+    again = run_module(args, module="gpuops.k8s.nvidia_runtime")
+    assert not again["changed"] and not again["restart_required"]
+
+
+@pytest.mark.parametrize("mode", ["in_place", "drop_in"])
+@pytest.mark.parametrize("suite", ["bookworm", "sid"])
+def test_containerd_absent_restores_what_containerd_reads(tmp_path, suite, mode):
+    config = tmp_path / "config.toml"
+    config.write_text(MAIN_V2)
+    original = dumped(suite, config)
+    args = {
+        "runtime": "containerd",
+        "path": str(config),
+        "config_mode": mode,
+        "drop_in_path": str(tmp_path / "conf.d" / "99-nvidia.toml"),
+        "set_as_default": True,
+    }
+    assert run_module(args, module="gpuops.k8s.nvidia_runtime")["changed"]
+    removed = run_module(dict(args, state="absent"), module="gpuops.k8s.nvidia_runtime")
+    assert removed["changed"] and removed["restart_required"]
+    assert dumped(suite, config) == original
+    assert not (tmp_path / "conf.d" / "99-nvidia.toml").exists()
+
+
+def test_unparsable_config_is_reported_with_its_line_and_left_untouched(tmp_path):
+    config = tmp_path / "config.toml"
+    config.write_text(MAIN_V2 + "\n[plugins.broken\nkey = 1\n")
+    digest_before = digest(config)
+    result = run_module(
+        {"runtime": "containerd", "path": str(config), "backup": True}, module="gpuops.k8s.nvidia_runtime"
+    )
+    assert result["failed"]
+    assert str(config) in result["msg"] and "line 18" in result["msg"]
+    assert "left untouched" in result["msg"]
+    assert digest(config) == digest_before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.toml"], "a backup or temp file was left"
+
+
+def test_wrong_shape_names_the_key(tmp_path):
+    config = tmp_path / "config.toml"
+    config.write_text('version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd]\nruntimes = "runc"\n')
+    digest_before = digest(config)
+    result = run_module({"runtime": "containerd", "path": str(config)}, module="gpuops.k8s.nvidia_runtime")
+    assert result["failed"]
+    assert 'plugins."io.containerd.grpc.v1.cri".containerd.runtimes is a string' in result["msg"]
+    assert digest(config) == digest_before
+
+
+def test_bad_runtime_name_is_rejected_before_anything_is_read(tmp_path):
+    result = run_module(
+        {"runtime": "containerd", "path": str(tmp_path / "missing.toml"), "runtime_name": "NVIDIA GPU"},
+        module="gpuops.k8s.nvidia_runtime",
+    )
+    assert result["failed"]
+    assert "runtime_name='NVIDIA GPU'" in result["msg"] and "DNS label" in result["msg"]
+    assert not any(tmp_path.iterdir())
+
+
+def test_missing_config_is_created_at_the_default_version_and_containerd_reads_it(tmp_path):
+    config = tmp_path / "etc" / "containerd" / "config.toml"
+    result = run_module(
+        {"runtime": "containerd", "path": str(config), "set_as_default": True},
+        module="gpuops.k8s.nvidia_runtime",
+    )
+    assert result["changed"] and result["config_version"] == 2
+    assert oct(config.stat().st_mode & 0o777) == "0o644"
+    cri = runtimes_of(dumped("bookworm", config), "io.containerd.grpc.v1.cri")
+    assert cri["default_runtime_name"] == "nvidia"
+    assert cri["runtimes"]["nvidia"]["options"]["BinaryName"] == BINARY
+
+
+def test_backup_keeps_the_previous_file(tmp_path):
+    config = tmp_path / "config.toml"
+    config.write_text(MAIN_V2)
+    result = run_module(
+        {"runtime": "containerd", "path": str(config), "backup": True}, module="gpuops.k8s.nvidia_runtime"
+    )
+    (backup,) = result["backup_files"]
+    with open(backup) as handle:
+        assert handle.read() == MAIN_V2
+
+
+DAEMON_JSON = {
+    "exec-opts": ["native.cgroupdriver=systemd"],
+    "log-driver": "json-file",
+    "log-opts": {"max-size": "100m"},
+    "runtimes": {"other": {"path": "/usr/bin/other-runtime", "runtimeArgs": ["--debug"]}},
+    "storage-driver": "overlay2",
+}
+
+
+def test_docker_daemon_json_is_accepted_by_dockerd_and_keeps_the_rest(tmp_path):
+    config = tmp_path / "daemon.json"
+    config.write_text(json.dumps(DAEMON_JSON, indent=4) + "\n")
+    args = {"runtime": "docker", "path": str(config), "set_as_default": True}
+    predicted = run_module(args, module="gpuops.k8s.nvidia_runtime", check=True, diff=True)
+    result = run_module(args, module="gpuops.k8s.nvidia_runtime", diff=True)
+    assert predicted["diff"] == result["diff"] and result["changed"] and result["restart_required"]
+    text = config.read_text()
+    data = json.loads(text)
+    assert list(data) == [*DAEMON_JSON, "default-runtime"], "key order changed"
+    assert data["runtimes"]["nvidia"] == {"path": BINARY}
+    assert data["runtimes"]["other"] == DAEMON_JSON["runtimes"]["other"]
+    assert data["default-runtime"] == "nvidia"
+    assert text.startswith('{\n    "exec-opts"'), "indent changed"
+    rc, _out, err = dockerd_validate(config)
+    assert rc == 0 and "configuration OK" in err
+    assert not run_module(args, module="gpuops.k8s.nvidia_runtime")["changed"]
+
+
+def test_docker_bad_json_names_line_and_column(tmp_path):
+    config = tmp_path / "daemon.json"
+    config.write_text('{\n  "log-driver": "json-file",\n  "runtimes": {\n}\n')
+    result = run_module({"runtime": "docker", "path": str(config)}, module="gpuops.k8s.nvidia_runtime")
+    assert result["failed"] and str(config) in result["msg"] and "line 5" in result["msg"]
