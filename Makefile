@@ -10,6 +10,8 @@ PYTHON_VERSION ?= 3.11
 TEST_TREE := .build/test/ansible_collections/gpuops/k8s
 ANSIBLE_TEST := cd $(TEST_TREE) && $(BIN)/ansible-test
 export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/.build/collections
+export CONTAINERS_CONF := $(CURDIR)/lab/containers.conf
+MOLECULE_SCENARIOS ?= $(notdir $(wildcard extensions/molecule/*))
 export PATH := $(BIN):$(PATH)
 
 .PHONY: help
@@ -26,7 +28,7 @@ site: venv  ## Run the main job (playbooks/site.yml) against the local lab
 
 .PHONY: test
 test: venv  ## Run every gate and test suite (what CI runs)
-	@bash scripts/run-gates.sh lint ansible-lint sanity units pytest build
+	@bash scripts/run-gates.sh lint ansible-lint sanity units pytest build molecule
 
 .PHONY: lint
 lint: venv  ## ruff lint and format check
@@ -60,6 +62,19 @@ pytest: venv  ## pytest: functional tests that drive the ansible CLI and real li
 .PHONY: build
 build: venv  ## Build the collection tarball and install it into a clean collections path
 	bash scripts/check-build.sh
+
+.PHONY: lab-deps
+lab-deps:  ## Install what the lab needs on this host (podman, runc, debootstrap)
+	@bash lab/install-deps.sh
+
+.PHONY: lab-images
+lab-images: lab-deps  ## Build the lab node images (cached)
+	@bash lab/node-image.sh bookworm >/dev/null
+	@bash lab/node-image.sh trixie >/dev/null
+
+.PHONY: molecule
+molecule: venv lab-images  ## molecule test for every scenario in extensions/molecule
+	cd extensions && for s in $(MOLECULE_SCENARIOS); do molecule test -s $$s || exit 1; done
 
 .PHONY: bench
 bench: venv  ## Benchmarks (not tests): see bench/README.md

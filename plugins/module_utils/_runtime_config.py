@@ -235,10 +235,12 @@ def _edit_toml(text, source, edit):
     before = doc.unwrap()
     expected = copy.deepcopy(before)
     edit(expected, dict)
+    if expected == before:
+        # Nothing to change: keep the user's bytes. (Walking out-of-order tables can make
+        # some tomlkit versions, Debian's 0.11.7 among them, re-indent on render.)
+        return text, before, before
     edit(doc, _super_table)
     after_text = tomlkit.dumps(doc)
-    if after_text == text:
-        return text, before, before
     after = parse_toml(after_text, source + " (as rewritten)").unwrap()
     if after != expected:
         raise RuntimeConfigError(

@@ -155,11 +155,16 @@ changed_files:
   elements: str
   sample: [/etc/containerd/config.toml]
 backup_files:
-  description: Backups made, one per changed file that existed.
-  returned: when O(backup=true) and a file changed
+  description: Backups made, as changed file -> its backup (files that existed only).
+  returned: always
+  type: dict
+  sample: {/etc/containerd/config.toml: /etc/containerd/config.toml.12345.2026-11-22@10:00:00~}
+created_files:
+  description: Files the change created (they had no previous version to back up).
+  returned: always
   type: list
   elements: str
-  sample: [/etc/containerd/config.toml.12345.2026-11-22@10:00:00~]
+  sample: [/etc/containerd/conf.d/99-nvidia.toml]
 """
 
 import os
@@ -294,17 +299,16 @@ def run(module):
     }
     if "config_version" in planned:
         result["config_version"] = planned["config_version"]
+    result["created_files"] = sorted(p for p in changed if not planned["before"][p])
+    result["backup_files"] = {}
     if changed and not module.check_mode:
-        backups = []
         for path, text in sorted(changed.items()):
             if params["backup"] and os.path.exists(path):
-                backups.append(module.backup_local(path))
+                result["backup_files"][path] = module.backup_local(path)
             if text is None:
                 os.remove(path)
             else:
                 write(module, path, text)
-        if backups:
-            result["backup_files"] = backups
     return result
 
 

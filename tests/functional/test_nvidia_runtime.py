@@ -181,6 +181,7 @@ def test_missing_config_is_created_at_the_default_version_and_containerd_reads_i
         module="gpuops.k8s.nvidia_runtime",
     )
     assert result["changed"] and result["config_version"] == 2
+    assert result["created_files"] == [str(config)] and result["backup_files"] == {}
     assert oct(config.stat().st_mode & 0o777) == "0o644"
     cri = runtimes_of(dumped("bookworm", config), "io.containerd.grpc.v1.cri")
     assert cri["default_runtime_name"] == "nvidia"
@@ -193,8 +194,9 @@ def test_backup_keeps_the_previous_file(tmp_path):
     result = run_module(
         {"runtime": "containerd", "path": str(config), "backup": True}, module="gpuops.k8s.nvidia_runtime"
     )
-    (backup,) = result["backup_files"]
-    with open(backup) as handle:
+    assert list(result["backup_files"]) == [str(config)]
+    assert result["created_files"] == []
+    with open(result["backup_files"][str(config)]) as handle:
         assert handle.read() == MAIN_V2
 
 
