@@ -299,7 +299,7 @@ def run(module):
     }
     if "config_version" in planned:
         result["config_version"] = planned["config_version"]
-    result["created_files"] = sorted(p for p in changed if not planned["before"][p])
+    result["created_files"] = sorted(p for p in changed if not os.path.exists(p))
     result["backup_files"] = {}
     if changed and not module.check_mode:
         for path, text in sorted(changed.items()):

@@ -28,7 +28,7 @@ def test_nvidia_runtime_is_the_default_with_runc_options_carried_over(host):
 def test_site_settings_and_comments_survive(host):
     text = host.file("/etc/containerd/config.toml").content_string
     assert "# Site policy: keep this comment." in text
-    assert '# pinned by the site' in text
+    assert "# pinned by the site" in text
     config = dump(host)
     assert config["oom_score"] == -999
     assert config["plugins"]["io.containerd.grpc.v1.cri"]["sandbox_image"] == "registry.k8s.io/pause:3.9"
