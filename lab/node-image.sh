@@ -3,6 +3,9 @@
 # imported into podman as localhost/gpuops-node:<suite>. Cached: rebuilt only when this
 # script changes (the image carries a label with this script's hash).
 # Usage: lab/node-image.sh <bookworm|trixie>; prints the image name as its last line.
+# (No sid image: sid's systemd no longer boots on this host's cgroup v1 hybrid layout;
+# nodes that need containerd 2.x take it from sid on a trixie node, see
+# extensions/molecule/container_runtime_fresh/prepare.yml.)
 set -euo pipefail
 suite=${1:?usage: $0 <bookworm|trixie>}
 case $suite in bookworm | trixie) ;; *) echo "unsupported suite: $suite" >&2; exit 2 ;; esac
@@ -36,6 +39,8 @@ if [ -f "$root/etc/apt/sources.list" ]; then
   sed -i 's/ main$/ main contrib non-free non-free-firmware/' "$root/etc/apt/sources.list"
 fi
 rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
+# An empty package index must not look fresh: apt's cache_valid_time reads this mtime.
+touch -d 2000-01-01 "$root/var/lib/apt/lists"
 tar -C "$root" -c . | podman import \
   --change 'CMD ["/lib/systemd/systemd"]' --change 'ENV container=podman' \
   --change 'STOPSIGNAL SIGRTMIN+3' --change "LABEL gpuops.stamp=$stamp" - "$image" >&2

@@ -31,6 +31,11 @@ except ImportError:
     HAS_TOMLKIT = False
     TOMLKIT_IMPORT_ERROR = traceback.format_exc()
 
+try:
+    import tomllib  # Python >= 3.11: reads TOML, cannot write it
+except ImportError:
+    tomllib = None
+
 # The CRI plugin's runtime table, by containerd config version (what nvidia-ctk uses).
 CRI_PLUGIN = {1: "cri", 2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
 RUNC_TYPE = "io.containerd.runc.v2"
@@ -329,6 +334,27 @@ def containerd_drop_in(
     if parse_toml(drop_text, drop_in_source).unwrap() != drop:
         raise RuntimeConfigError("%s: rendering the drop-in lost data; nothing written" % drop_in_source)
     return main_after_text, drop_text, (main_before, drop_before), (main_after, drop), version
+
+
+def predict_without_tomlkit(runtime, text, spec, source, default_version=2):
+    """Check mode on a node where tomlkit is not installed yet (the role installs it in
+    the same run): read with the standard library and apply the same edit to plain data.
+    Returns (changed, config_version); the new text itself cannot be rendered."""
+    if tomllib is None:
+        raise RuntimeConfigError("%s: tomlkit (or Python >= 3.11) is needed to read TOML" % source)
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigParseError("%s: %s; the file is left untouched" % (source, error)) from error
+    before = copy.deepcopy(data)
+    if runtime == "crio":
+        _crio_edit(data, spec, source, dict)
+        return data != before, None
+    version = containerd_version(data, default_version, source)
+    if spec["state"] == "present" and "version" not in data and version != 1:
+        data["version"] = version
+    _containerd_edit(data, version, spec, source, dict)
+    return data != before, version
 
 
 def crio_edit(text, spec, source):

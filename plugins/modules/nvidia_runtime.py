@@ -104,6 +104,9 @@ options:
     type: bool
     default: false
 notes:
+  - In check mode on a node where tomlkit is not installed yet (a fresh node whose
+    tomlkit the same run installs), the prediction of C(changed) and RV(restart_required)
+    is made from the data with Python's C(tomllib); the diff then has no new text.
   - Nothing is written in check mode; the predicted C(changed), RV(restart_required) and
     diff are what a real run does.
 seealso:
@@ -263,10 +266,45 @@ def write(module, path, text):
         module.set_mode_if_different(path, "0644", False)
 
 
+def predict(module, params):
+    """Check mode without tomlkit (a fresh node, before the run that installs it)."""
+    runtime, path = params["runtime"], params["path"] or DEFAULT_PATHS[params["runtime"]]
+    if params["config_mode"] == "drop_in" and runtime == "containerd":
+        path = params["drop_in_path"] or DEFAULT_DROP_INS[runtime]
+    spec = {
+        key: params[key] for key in ("state", "runtime_name", "runtime_path", "set_as_default", "enable_cdi")
+    }
+    try:
+        rc.validate_spec(spec, {"path": path, "runtime_path": spec["runtime_path"]})
+        changed, version = rc.predict_without_tomlkit(
+            runtime, read(path), spec, path, params["config_version"]
+        )
+    except rc.RuntimeConfigError as error:
+        module.fail_json(msg=str(error), changed=False, restart_required=False)
+    module.warn(
+        "tomlkit is not installed on this node yet: changed and restart_required are predicted "
+        "from the data; the new text is rendered by the real run"
+    )
+    result = {
+        "changed": changed,
+        "restart_required": changed,
+        "changed_files": [path] if changed else [],
+        "created_files": [path] if changed and not os.path.exists(path) else [],
+        "backup_files": {},
+    }
+    if version is not None:
+        result["config_version"] = version
+    return result
+
+
 def run(module):
     params = module.params
     if params["config_mode"] is None:
         params["config_mode"] = "drop_in" if params["runtime"] == "crio" else "in_place"
+    if params["runtime"] != "docker" and not rc.HAS_TOMLKIT:
+        if not module.check_mode:
+            module.fail_json(msg=missing_required_lib("tomlkit"), exception=rc.TOMLKIT_IMPORT_ERROR)
+        return predict(module, params)
     try:
         planned = plan(params)
     except rc.RuntimeConfigError as error:
@@ -329,8 +367,6 @@ def main():
         ),
         supports_check_mode=True,
     )
-    if module.params["runtime"] != "docker" and not rc.HAS_TOMLKIT:
-        module.fail_json(msg=missing_required_lib("tomlkit"), exception=rc.TOMLKIT_IMPORT_ERROR)
     module.exit_json(**run(module))
 
 

@@ -10,9 +10,10 @@ and accepted by dockerd 26 (`dockerd --validate`); check mode must predict the r
 
 import hashlib
 import json
+import tomllib
+import venv
 
 import pytest
-import tomllib
 from conftest import run_module
 from runtimes import CONTAINERD_SUITES, containerd_dump, dockerd_validate
 
@@ -244,3 +245,26 @@ def test_an_empty_existing_file_is_backed_up_not_reported_as_created(tmp_path):
     )
     assert result["created_files"] == []
     assert list(result["backup_files"]) == [str(config)]
+
+
+@pytest.mark.parametrize("existing", [None, MAIN_V2])
+def test_check_mode_without_tomlkit_predicts_what_the_real_run_does(tmp_path, existing):
+    bare = tmp_path / "bare"
+    venv.create(bare, with_pip=False)  # Python 3.11 without tomlkit, as on a fresh node
+    python = bare / "bin" / "python"
+    config = tmp_path / "config.toml"
+    if existing:
+        config.write_text(existing)
+    args = {"runtime": "containerd", "path": str(config), "set_as_default": True}
+    predicted = run_module(
+        args, module="gpuops.k8s.nvidia_runtime", check=True, python=bare / "bin" / "python"
+    )
+    assert "tomlkit is not installed" in " ".join(predicted["warnings"])
+    assert config.exists() == bool(existing)
+    real = run_module(args, module="gpuops.k8s.nvidia_runtime")
+    for key in ("changed", "restart_required", "changed_files", "created_files"):
+        assert predicted[key] == real[key], key
+    settled = run_module(args, module="gpuops.k8s.nvidia_runtime", check=True, python=python)
+    assert not settled["changed"] and not settled["restart_required"]
+    without_check = run_module(args, module="gpuops.k8s.nvidia_runtime", python=python)
+    assert without_check["failed"] and "tomlkit" in without_check["msg"]
