@@ -19,3 +19,8 @@ def test_one_backup_holds_the_file_as_it_was(host):
     backups = [n for n in names if n.startswith("config.toml.") and n.endswith("~")]
     assert len(backups) == 1, names
     assert host.file("/etc/containerd/" + backups[0]).content_string == ""
+
+
+def test_the_container_started_before_the_change_still_runs(host):
+    tasks = host.check_output("ctr task ls").splitlines()[1:]
+    assert any(line.split()[0] == "keeper" and line.split()[-1] == "RUNNING" for line in tasks), tasks
