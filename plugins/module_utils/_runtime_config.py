@@ -95,7 +95,7 @@ def _walk(root, keys, source, new_table=None, base=()):
         if key not in node:
             if new_table is None:
                 return None
-            node[key] = new_table()
+            node[key] = _inline({}) if _is_inline(node) else new_table()
         child = node[key]
         if not isinstance(child, dict):
             raise ConfigShapeError(
@@ -118,6 +118,23 @@ def _apply_default(table, key, name, set_as_default, reset_value=DEFAULT_RUNTIME
             del table[key]
         else:
             table[key] = reset_value
+
+
+def _is_inline(node):
+    return HAS_TOMLKIT and isinstance(node, tomlkit.items.InlineTable)
+
+
+def _inline(value):
+    """A tomlkit inline table of plain data: what a child of an inline table must be."""
+    table = tomlkit.inline_table()
+    for key, item in value.items():
+        table[key] = _inline(item) if isinstance(item, dict) else item
+    return table
+
+
+def _set_table(parent, key, value):
+    """parent[key] = value (plain dict), inline when parent is an inline table."""
+    parent[key] = _inline(value) if _is_inline(parent) else value
 
 
 def _plain(value):
@@ -196,7 +213,7 @@ def _containerd_edit(root, version, spec, source, new_table):
         options = entry.get("options")
         entry["options"] = dict(options) if isinstance(options, dict) else {}
         entry["options"]["BinaryName"] = spec["runtime_path"]
-        runtimes[name] = entry
+        _set_table(runtimes, name, entry)
     _apply_default(containerd, "default_runtime_name", name, spec["set_as_default"])
 
 
@@ -220,7 +237,7 @@ def _crio_edit(root, spec, source, new_table):
         entry = _plain(base) if isinstance(base, dict) else {}
         entry.pop("runtime_path", None)
         entry.setdefault("runtime_type", "oci")
-        runtimes[name] = entry
+        _set_table(runtimes, name, entry)
     entry = _walk(runtimes, [name], source, base=["crio", "runtime", "runtimes"])
     if _plain(entry.get("runtime_path")) != spec["runtime_path"]:
         entry["runtime_path"] = spec["runtime_path"]
@@ -398,7 +415,10 @@ def docker_edit(text, spec, source):
     before = copy.deepcopy(data)
     name = spec["runtime_name"]
     present = spec["state"] == "present"
-    runtimes = data.get("runtimes", {}) if present or "runtimes" in data else None
+    # A missing key or JSON null both mean "no runtimes".
+    runtimes = data.get("runtimes")
+    if runtimes is None and present:
+        runtimes = {}
     if runtimes is not None and not isinstance(runtimes, dict):
         raise ConfigShapeError("%s: runtimes is a %s; expected an object" % (source, _type_name(runtimes)))
     if present:
