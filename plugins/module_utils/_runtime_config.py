@@ -206,15 +206,20 @@ def _containerd_edit(root, version, spec, source, new_table):
     else:
         # Like nvidia-ctk: start from the runtime containerd uses now (runc's cgroup and
         # other options carry over, SystemdCgroup above all) and swap the binary.
-        base_name = default_name if default_name not in (None, name) else DEFAULT_RUNTIME
-        base = runtimes.get(base_name)
-        entry = _plain(base) if isinstance(base, dict) else {}
+        entry = _copy_of_default(runtimes, default_name, name)
         entry.setdefault("runtime_type", RUNC_TYPE)
         options = entry.get("options")
         entry["options"] = dict(options) if isinstance(options, dict) else {}
         entry["options"]["BinaryName"] = spec["runtime_path"]
         _set_table(runtimes, name, entry)
     _apply_default(containerd, "default_runtime_name", name, spec["set_as_default"])
+
+
+def _copy_of_default(runtimes, default_name, name):
+    """A plain copy of the runtime the engine uses now (its default, else runc), the
+    starting point of a new runtime entry; {} when there is none to copy."""
+    base = runtimes.get(default_name if default_name not in (None, name) else DEFAULT_RUNTIME)
+    return _plain(base) if isinstance(base, dict) else {}
 
 
 def _crio_edit(root, spec, source, new_table):
@@ -233,8 +238,7 @@ def _crio_edit(root, spec, source, new_table):
         _apply_default(runtime, "default_runtime", name, False)
         return
     if name not in runtimes:
-        base = runtimes.get(default_name if default_name not in (None, name) else DEFAULT_RUNTIME)
-        entry = _plain(base) if isinstance(base, dict) else {}
+        entry = _copy_of_default(runtimes, default_name, name)
         entry.pop("runtime_path", None)
         entry.setdefault("runtime_type", "oci")
         _set_table(runtimes, name, entry)

@@ -72,6 +72,17 @@ def dumped(suite, path):
     return tomllib.loads(out)
 
 
+def containerd_args(tmp_path, config, mode):
+    """Module arguments: the NVIDIA runtime as default, in config or in a drop-in beside it."""
+    return {
+        "runtime": "containerd",
+        "path": str(config),
+        "config_mode": mode,
+        "drop_in_path": str(tmp_path / "conf.d" / "99-nvidia.toml"),
+        "set_as_default": True,
+    }
+
+
 def runtimes_of(dump, plugin):
     return dump["plugins"][plugin]["containerd"]
 
@@ -82,13 +93,7 @@ def test_containerd_reads_the_nvidia_runtime_and_keeps_the_rest(tmp_path, suite,
     config = tmp_path / "config.toml"
     config.write_text(main)
     before = dumped(suite, config)
-    args = {
-        "runtime": "containerd",
-        "path": str(config),
-        "config_mode": mode,
-        "drop_in_path": str(tmp_path / "conf.d" / "99-nvidia.toml"),
-        "set_as_default": True,
-    }
+    args = containerd_args(tmp_path, config, mode)
     predicted = run_module(args, module="gpuops.k8s.nvidia_runtime", check=True, diff=True)
     assert config.read_text() == main, "check mode wrote the file"
     assert not (tmp_path / "conf.d").exists(), "check mode made the drop-in directory"
@@ -128,13 +133,7 @@ def test_containerd_absent_restores_what_containerd_reads(tmp_path, suite, mode)
     config = tmp_path / "config.toml"
     config.write_text(MAIN_V2)
     original = dumped(suite, config)
-    args = {
-        "runtime": "containerd",
-        "path": str(config),
-        "config_mode": mode,
-        "drop_in_path": str(tmp_path / "conf.d" / "99-nvidia.toml"),
-        "set_as_default": True,
-    }
+    args = containerd_args(tmp_path, config, mode)
     assert run_module(args, module="gpuops.k8s.nvidia_runtime")["changed"]
     removed = run_module(dict(args, state="absent"), module="gpuops.k8s.nvidia_runtime")
     assert removed["changed"] and removed["restart_required"]
