@@ -11,7 +11,7 @@ TEST_TREE := .build/test/ansible_collections/gpuops/k8s
 ANSIBLE_TEST := cd $(TEST_TREE) && $(BIN)/ansible-test
 export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/.build/collections
 export CONTAINERS_CONF := $(CURDIR)/lab/containers.conf
-MOLECULE_SCENARIOS ?= $(notdir $(wildcard extensions/molecule/*))
+MOLECULE_SCENARIOS ?= $(patsubst extensions/molecule/%/molecule.yml,%,$(wildcard extensions/molecule/*/molecule.yml))
 export PATH := $(BIN):$(PATH)
 
 .PHONY: help
