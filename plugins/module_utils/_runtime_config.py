@@ -21,7 +21,7 @@ import traceback
 
 try:
     import tomlkit
-    from tomlkit.exceptions import ParseError as TomlParseError
+    from tomlkit.exceptions import TOMLKitError as TomlParseError
 
     HAS_TOMLKIT = True
     TOMLKIT_IMPORT_ERROR = None
@@ -149,13 +149,28 @@ def parse_toml(text, source):
     if not HAS_TOMLKIT:
         raise RuntimeConfigError("tomlkit is required to edit %s" % source)
     try:
-        return tomlkit.parse(text)
+        doc = tomlkit.parse(text)
     except TomlParseError as error:
         line, col = getattr(error, "line", None), getattr(error, "col", None)
         reason = re.sub(r" at line \d+ col \d+$", "", str(error))
         raise ConfigParseError(
             "%s line %s, column %s: %s; the file is left untouched" % (source, line, col, reason)
         ) from error
+    if tomllib is not None:
+        # Some tomlkit versions (Debian 12's 0.11.7 among them) misread valid files whose
+        # tables are split into several sections; editing such a reading would silently
+        # drop settings. Python's own parser is the reference: refuse when they disagree.
+        try:
+            reference = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as error:
+            raise ConfigParseError("%s: %s; the file is left untouched" % (source, error)) from error
+        if doc.unwrap() != reference:
+            raise ConfigParseError(
+                "%s: tomlkit %s reads this file differently from Python's TOML parser (a table "
+                "split into several sections?); the file is left untouched: merge the split "
+                "sections or use a newer tomlkit" % (source, getattr(tomlkit, "__version__", "?"))
+            )
+    return doc
 
 
 def containerd_version(data, default, source):
@@ -163,7 +178,7 @@ def containerd_version(data, default, source):
     if "version" not in data:
         return default if not data else 1
     version = _plain(data["version"])
-    if version not in CRI_PLUGIN:
+    if isinstance(version, bool) or not isinstance(version, int) or version not in CRI_PLUGIN:
         raise ConfigShapeError(
             "%s: version = %r; containerd config versions are 1, 2 and 3" % (source, version)
         )
@@ -190,7 +205,7 @@ def _containerd_edit(root, version, spec, source, new_table):
             )
         if _plain(cri.get("enable_cdi")) is not spec["enable_cdi"]:
             cri["enable_cdi"] = spec["enable_cdi"]
-    default_name = _plain(containerd.get("default_runtime_name"))
+    default_name = _default_name(containerd, "default_runtime_name", source, containerd_keys)
     if not present:
         if runtimes is not None and name in runtimes:
             del runtimes[name]
@@ -215,11 +230,27 @@ def _containerd_edit(root, version, spec, source, new_table):
     _apply_default(containerd, "default_runtime_name", name, spec["set_as_default"])
 
 
+def _default_name(table, key, source, keys):
+    """The default runtime's name, or None; anything but a string is an error."""
+    value = _plain(table.get(key))
+    if value is not None and not isinstance(value, str):
+        raise ConfigShapeError(
+            "%s: %s is a %s; expected a string" % (source, _keypath([*keys, key]), _type_name(value))
+        )
+    return value
+
+
 def _copy_of_default(runtimes, default_name, name):
     """A plain copy of the runtime the engine uses now (its default, else runc), the
     starting point of a new runtime entry; {} when there is none to copy."""
     base = runtimes.get(default_name if default_name not in (None, name) else DEFAULT_RUNTIME)
-    return _plain(base) if isinstance(base, dict) else {}
+    entry = _plain(base) if isinstance(base, dict) else {}
+    options = entry.get("options")
+    if isinstance(options, dict):
+        # The copied runtime's own binary must not survive in any spelling (Kubespray
+        # writes binaryName): the new entry's BinaryName is the only one.
+        entry["options"] = {k: v for k, v in options.items() if str(k).lower() != "binaryname"}
+    return entry
 
 
 def _crio_edit(root, spec, source, new_table):
@@ -231,7 +262,7 @@ def _crio_edit(root, spec, source, new_table):
     if runtime is None:
         return
     runtimes = _walk(runtime, ["runtimes"], source, new_table if present else None, base=["crio", "runtime"])
-    default_name = _plain(runtime.get("default_runtime"))
+    default_name = _default_name(runtime, "default_runtime", source, ["crio", "runtime"])
     if not present:
         if runtimes is not None and name in runtimes:
             del runtimes[name]
@@ -248,6 +279,14 @@ def _crio_edit(root, spec, source, new_table):
     if "runtime_type" not in entry:
         entry["runtime_type"] = "oci"
     _apply_default(runtime, "default_runtime", name, spec["set_as_default"])
+
+
+def _pruned(data):
+    """data without empty tables, recursively."""
+    if not isinstance(data, dict):
+        return data
+    pruned = {key: _pruned(value) for key, value in data.items()}
+    return {key: value for key, value in pruned.items() if value != {}}
 
 
 def _super_table():
@@ -268,7 +307,9 @@ def _edit_toml(text, source, edit):
     edit(doc, _super_table)
     after_text = tomlkit.dumps(doc)
     after = parse_toml(after_text, source + " (as rewritten)").unwrap()
-    if after != expected:
+    # tomlkit does not write a table that an edit emptied; to the runtimes an empty table
+    # and no table read the same.
+    if _pruned(after) != _pruned(expected):
         raise RuntimeConfigError(
             "%s: the structural edit would not give the intended configuration; the file is left "
             "untouched (please report this with the file)" % source
