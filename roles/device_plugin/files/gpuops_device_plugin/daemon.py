@@ -1,0 +1,214 @@
+# Copyright (c) gpuops.k8s contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Wiring and lifecycle: start, the control loop, SIGHUP reload, SIGTERM stop.
+
+Exit status: 0 stopped by a signal; 1 NVML failed and failOnInitError is true; 2 the
+configuration is invalid (nothing was served).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue
+import signal
+import sys
+
+from . import allocation, resources
+from . import config as config_mod
+from .discovery import DiscoveryError, Nvml
+from .health import HealthState, HealthWatcher
+from .metrics import Metrics
+from .registrar import KUBELET_SOCKET, DirectoryWatcher, Endpoint
+from .server import DevicePluginService
+
+LOG = logging.getLogger("gpuops_device_plugin")
+TICK_S = 0.2
+REGISTER_RETRY_S = 5.0
+
+
+class Plugin:
+    """Everything that a reload rebuilds: discovery, resources, endpoints, health."""
+
+    def __init__(self, config, nvml, metrics):
+        self.config = config
+        self.nvml = nvml
+        self.metrics = metrics
+        self.health = HealthState()
+        self.endpoints: list[Endpoint] = []
+        self.watcher = None
+
+    def start(self) -> None:
+        facts = self.nvml.discover()
+        for lost in facts["lost_gpus"]:
+            LOG.warning("GPU %s does not answer and is not offered: %s", lost["index"], lost["error"])
+        offered = resources.build_resources(facts["gpus"], self.config)
+        scores = allocation.pair_scores(facts["links"])
+        for resource in offered:
+            service = DevicePluginService(
+                resource, self.config, self.health, allocation.Allocator(resource, scores), self.metrics
+            )
+            self.endpoints.append(Endpoint(service, self.config.plugin_dir, self.metrics))
+        LOG.info(
+            "found %d GPUs; offering %s",
+            len(facts["gpus"]),
+            ", ".join("%s x%d" % (r.name, len(r.devices)) for r in offered) or "nothing",
+        )
+        if self.config.health_enabled and facts["gpus"]:
+            self.watcher = HealthWatcher(
+                self.nvml, facts["gpus"], self.health, self.config, metrics=self.metrics
+            )
+            self.watcher.start()
+        for endpoint in self.endpoints:
+            endpoint.serve()
+
+    def register_all(self) -> bool:
+        if not os.path.exists(os.path.join(self.config.plugin_dir, KUBELET_SOCKET)):
+            LOG.info("waiting for the kubelet (%s)", os.path.join(self.config.plugin_dir, KUBELET_SOCKET))
+            return True  # Nothing to retry: the watcher hears kubelet.sock appear.
+        results = [endpoint.register() for endpoint in self.endpoints]  # every one, even after a failure
+        return all(results)
+
+    def socket_names(self) -> set[str]:
+        return {e.socket_name for e in self.endpoints}
+
+    def stop(self) -> None:
+        if self.watcher is not None:
+            self.watcher.stop()
+        for endpoint in self.endpoints:
+            endpoint.stop()
+
+
+class Daemon:
+    def __init__(self, argv, environ):
+        self.argv = argv
+        self.environ = environ
+        self.commands: queue.Queue = queue.Queue()
+        self.pending_signal = None
+        self.metrics = Metrics()
+        self.nvml = Nvml()
+        self.plugin = None
+
+    def on_signal(self, signum, _frame) -> None:
+        # No locks in a signal handler: the loop polls this attribute.
+        self.pending_signal = signum
+
+    def run(self, config) -> int:
+        signal.signal(signal.SIGTERM, self.on_signal)
+        signal.signal(signal.SIGINT, self.on_signal)
+        signal.signal(signal.SIGHUP, self.on_signal)
+        try:
+            self.nvml.start()
+        except DiscoveryError as error:
+            LOG.error("NVML is not usable: %s", error)
+            if config.fail_on_init_error:
+                return 1
+            LOG.warning("failOnInitError is false: serving nothing until stopped")
+            return self.loop(None)
+        try:
+            self.plugin = Plugin(config, self.nvml, self.metrics)
+            self.plugin.start()
+        except resources.ResourceError as error:
+            LOG.error("invalid configuration for this node: %s", error)
+            self.plugin.stop()
+            self.nvml.stop()
+            return 2
+        self.metrics.serve(config.metrics_address)
+        watcher = DirectoryWatcher(config.plugin_dir, self.plugin.socket_names, self.commands)
+        watcher.start()
+        try:
+            if not self.plugin.register_all():
+                self.retry_later()
+            return self.loop(watcher)
+        finally:
+            watcher.stop()
+            self.plugin.stop()
+            self.metrics.shutdown()
+            self.nvml.stop()
+
+    def retry_later(self) -> None:
+        import threading  # noqa: PLC0415 - only for the rare retry timer
+
+        timer = threading.Timer(REGISTER_RETRY_S, lambda: self.commands.put(("kubelet",)))
+        timer.daemon = True
+        timer.start()
+
+    def loop(self, watcher) -> int:
+        while True:
+            signum, self.pending_signal = self.pending_signal, None
+            if signum in (signal.SIGTERM, signal.SIGINT):
+                LOG.info("stopping on %s", signal.Signals(signum).name)
+                return 0
+            if signum == signal.SIGHUP and self.plugin is not None:
+                self.reload()
+            try:
+                command = self.commands.get(timeout=TICK_S)
+            except queue.Empty:
+                continue
+            if self.plugin is None:
+                continue
+            if command[0] == "kubelet":
+                LOG.info("kubelet socket (re)created: registering again")
+                self.restart_endpoints(self.plugin.endpoints)
+            elif command[0] == "socket":
+                for endpoint in self.plugin.endpoints:
+                    if endpoint.socket_name == command[1] and not endpoint.serving():
+                        LOG.warning("our socket %s was removed: serving and registering again", endpoint.path)
+                        self.restart_endpoints([endpoint])
+
+    def restart_endpoints(self, endpoints) -> None:
+        """Serve again where our socket is gone, then register if the kubelet is there."""
+        ok = True
+        for endpoint in endpoints:
+            if not endpoint.serving():
+                endpoint.serve()
+            if os.path.exists(os.path.join(endpoint.plugin_dir, KUBELET_SOCKET)):
+                ok = endpoint.register() and ok
+        if not ok:
+            self.retry_later()
+
+    def reload(self) -> None:
+        LOG.info("SIGHUP: reloading the configuration and rediscovering GPUs")
+        try:
+            config = config_mod.load(self.argv, self.environ)
+        except config_mod.ConfigError as error:
+            LOG.error("reload refused, keeping the running configuration: %s", error)
+            return
+        old = self.plugin
+        old.stop()
+        fresh = Plugin(config, self.nvml, self.metrics)
+        try:
+            fresh.start()
+        except (resources.ResourceError, DiscoveryError) as error:
+            LOG.error("reload failed, restoring the running configuration: %s", error)
+            fresh.stop()
+            fresh = Plugin(old.config, self.nvml, self.metrics)
+            fresh.start()
+        self.plugin = fresh
+        log_config(fresh.config)
+        if not fresh.register_all():
+            self.retry_later()
+
+
+def log_config(config) -> None:
+    LOG.info("effective configuration: %s", json.dumps(config.describe(), sort_keys=True))
+
+
+def main(argv=None, environ=None) -> int:
+    environ = os.environ if environ is None else environ
+    try:
+        args = config_mod.parser().parse_args(argv)
+        config = config_mod.load(argv, environ)
+    except config_mod.ConfigError as error:
+        print("gpuops-device-plugin: invalid configuration: %s" % error, file=sys.stderr)
+        return 2
+    if args.check_config:
+        print(json.dumps(config.describe(), indent=2, sort_keys=True))
+        return 0
+    logging.basicConfig(
+        level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+    log_config(config)
+    return Daemon(argv, environ).run(config)

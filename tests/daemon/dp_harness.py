@@ -1,0 +1,150 @@
+# Copyright (c) gpuops.k8s contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Run the daemon as a real process over the mock NVML library, next to a kubelet stand-in."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+DAEMON_DIR = ROOT / "roles" / "device_plugin" / "files"
+PROFILES = ROOT / "tests" / "profiles"
+BUILD_SH = ROOT / "tests" / "mocknvml" / "build.sh"
+UNAVAILABLE = 3  # build.sh: the mock cannot be had on this machine
+
+H100_UUIDS = [
+    "GPU-20330507-055a-40f9-a4e7-4b442a53b091",
+    "GPU-c4e4ce3c-8667-4c1d-904a-8de172a33a6c",
+    "GPU-1fa45ea5-9859-4d4a-9c71-052a7270678f",
+    "GPU-d48e567d-c0eb-4cb8-8b5c-c48b95729130",
+    "GPU-cc33af16-adbe-4d8e-ba06-dd998327d5ac",
+    "GPU-a3e6a76e-c9fe-4ed1-8b23-2b89d7da1a55",
+    "GPU-b2f2d9c4-ad92-4331-9707-569afaf0106b",
+    "GPU-ecbb4aad-1e16-4d09-ac62-92f8286c7183",
+]
+
+
+def build_mock():
+    """(library dir, None) or (None, why it is unavailable); raises if the build broke."""
+    proc = subprocess.run(["bash", str(BUILD_SH)], capture_output=True, text=True, check=False, timeout=1800)
+    if proc.returncode == UNAVAILABLE:
+        return None, proc.stderr.strip().splitlines()[-1]
+    if proc.returncode != 0:
+        raise RuntimeError("tests/mocknvml/build.sh failed (%d):\n%s" % (proc.returncode, proc.stderr))
+    return proc.stdout.strip().splitlines()[-1], None
+
+
+def short_tempdir(prefix):
+    # Unix socket paths are limited to 107 bytes: pytest's tmp_path is too deep.
+    return tempfile.mkdtemp(prefix=prefix, dir="/tmp")
+
+
+def free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class Daemon:
+    """The daemon as `python -m gpuops_device_plugin`, its log in a file."""
+
+    def __init__(
+        self, lib_dir, plugin_dir, *, profile="h100-8x-nvswitch.yaml", config=None, args=(), env=None
+    ):
+        self.plugin_dir = plugin_dir
+        self.control_dir = short_tempdir("mocknvml-ctl-")
+        self.metrics_port = free_port()
+        self.log_path = os.path.join(self.control_dir, "daemon.log")
+        self.command = [
+            sys.executable,
+            "-m",
+            "gpuops_device_plugin",
+            "--device-plugin-path",
+            plugin_dir,
+            "--metrics-address",
+            "127.0.0.1:%d" % self.metrics_port,
+            *(["--config-file", str(config)] if config else []),
+            *args,
+        ]
+        self.env = {
+            key: value
+            for key, value in os.environ.items()
+            if not key.startswith(("MOCK_NVML", "MOCK_MIG", "DP_", "GPUOPS_")) and key != "LD_LIBRARY_PATH"
+        }
+        self.env.update(
+            PYTHONPATH=str(DAEMON_DIR),
+            LD_LIBRARY_PATH=str(lib_dir),
+            MOCK_NVML_CONTROL_DIR=self.control_dir,
+            PYTHONUNBUFFERED="1",
+            PYTHONDONTWRITEBYTECODE="1",
+        )
+        if profile:
+            self.env["MOCK_NVML_CONFIG"] = str(PROFILES / profile)
+        self.env.update(env or {})
+        self.proc = None
+
+    def start(self):
+        self.log = open(self.log_path, "w")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(self.command, env=self.env, stdout=self.log, stderr=subprocess.STDOUT)
+        return self
+
+    def run(self, timeout=60):
+        """Run to completion (for configurations that must not start); return (rc, log)."""
+        self.start()
+        rc = self.proc.wait(timeout=timeout)
+        self.log.close()
+        return rc, self.text()
+
+    def text(self):
+        return Path(self.log_path).read_text()
+
+    def wait_log(self, needle, timeout=10.0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if needle in self.text():
+                return
+            if self.proc.poll() is not None:
+                raise AssertionError("daemon exited %s:\n%s" % (self.proc.returncode, self.text()))
+            time.sleep(0.05)
+        raise TimeoutError("%r not in the daemon's log:\n%s" % (needle, self.text()))
+
+    def inject(self, name):
+        """Fault injection through the mock's control directory: xid-<gpu>-<code>, lost-<gpu>."""
+        Path(self.control_dir, name).write_text("")
+
+    def clear(self, name):
+        Path(self.control_dir, name).unlink()
+
+    def signal(self, signum):
+        self.proc.send_signal(signum)
+
+    def metrics(self):
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % self.metrics_port, timeout=5) as reply:
+            return reply.read().decode()
+
+    def stop(self, timeout=15):
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        return self.proc.returncode
+
+    def cleanup(self):
+        self.stop()
+        shutil.rmtree(self.control_dir, ignore_errors=True)

@@ -1,0 +1,174 @@
+# Copyright (c) gpuops.k8s contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The kubelet's side of the device plugin API, built from the same v1beta1 api.proto.
+
+A stand-in until the lab has a real kubelet (issue 5), doing what the kubelet's device
+manager does: serve Registration on <dir>/kubelet.sock; on Register, dial the plugin's
+endpoint back (10 s timeout), call GetDevicePluginOptions, check it matches the options
+sent in Register, answer, then follow ListAndWatch (every message replaces the device
+list). restart() does what a new kubelet does: delete every socket in the directory (no
+other file) and create kubelet.sock again.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+import time
+from concurrent import futures
+
+import grpc
+
+from gpuops_device_plugin.api import api_pb2, api_pb2_grpc
+
+KUBELET_SOCKET = "kubelet.sock"
+
+
+class PluginClient:
+    """What the kubelet holds for one registered resource."""
+
+    def __init__(self, plugin_dir, request):
+        self.resource = request.resource_name
+        self.endpoint = os.path.join(plugin_dir, request.endpoint)
+        self.registered_options = request.options
+        # Like the kubelet (a Go ClientConn per plugin), no subchannel shared with an
+        # earlier connection to the same socket that may sit in reconnect backoff.
+        self.channel = grpc.insecure_channel(
+            "unix://" + self.endpoint, options=(("grpc.use_local_subchannel_pool", 1),)
+        )
+        grpc.channel_ready_future(self.channel).result(timeout=10)
+        self.stub = api_pb2_grpc.DevicePluginStub(self.channel)
+        self.options = self.stub.GetDevicePluginOptions(api_pb2.Empty(), timeout=10)
+        self.devices: dict[str, str] = {}
+        self.updates = 0
+        self.stream_ended = False
+        self.changed = threading.Condition()
+        self._stream = self.stub.ListAndWatch(api_pb2.Empty())
+        self._thread = threading.Thread(target=self._follow, daemon=True)
+        self._thread.start()
+
+    def _follow(self):
+        try:
+            for message in self._stream:
+                with self.changed:
+                    self.devices = {d.ID: d.health for d in message.devices}
+                    self.updates += 1
+                    self.changed.notify_all()
+        except grpc.RpcError:
+            pass
+        with self.changed:
+            self.stream_ended = True
+            self.changed.notify_all()
+
+    def wait(self, predicate, timeout=10.0):
+        """Wait until predicate(devices) holds; return the devices or raise TimeoutError."""
+        deadline = time.monotonic() + timeout
+        with self.changed:
+            while not predicate(self.devices):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError("%s: devices now %s" % (self.resource, self.devices))
+                self.changed.wait(remaining)
+            return dict(self.devices)
+
+    def healthy(self):
+        return sorted(i for i, h in self.devices.items() if h == "Healthy")
+
+    def allocate(self, *containers):
+        request = api_pb2.AllocateRequest()
+        for ids in containers:
+            request.container_requests.add(devices_ids=list(ids))
+        return self.stub.Allocate(request, timeout=10)
+
+    def preferred(self, available, must_include, size):
+        request = api_pb2.PreferredAllocationRequest()
+        request.container_requests.add(
+            available_deviceIDs=list(available),
+            must_include_deviceIDs=list(must_include),
+            allocation_size=size,
+        )
+        response = self.stub.GetPreferredAllocation(request, timeout=10)
+        return list(response.container_responses[0].deviceIDs)
+
+    def close(self):
+        self._stream.cancel()
+        self.channel.close()
+
+
+class _Registration(api_pb2_grpc.RegistrationServicer):
+    def __init__(self, kubelet):
+        self.kubelet = kubelet
+
+    def Register(self, request, context):
+        if request.version != "v1beta1":
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "unsupported version %r" % request.version)
+        try:
+            client = PluginClient(self.kubelet.plugin_dir, request)
+        except grpc.FutureTimeoutError:
+            context.abort(grpc.StatusCode.UNAVAILABLE, "cannot dial %s" % request.endpoint)
+        if client.options != request.options:
+            client.close()
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "options in Register (%s) differ from GetDevicePluginOptions (%s)"
+                % (request.options, client.options),
+            )
+        self.kubelet.add(client)
+        return api_pb2.Empty()
+
+
+class KubeletStandin:
+    def __init__(self, plugin_dir):
+        self.plugin_dir = plugin_dir
+        self.server = None
+        self.clients: dict[str, PluginClient] = {}
+        self.registrations = 0
+        self.registered = threading.Condition()
+
+    def start(self):
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        api_pb2_grpc.add_RegistrationServicer_to_server(_Registration(self), server)
+        server.add_insecure_port("unix://" + os.path.join(self.plugin_dir, KUBELET_SOCKET))
+        server.start()
+        self.server = server
+
+    def add(self, client):
+        with self.registered:
+            old = self.clients.get(client.resource)
+            self.clients[client.resource] = client
+            self.registrations += 1
+            self.registered.notify_all()
+        if old is not None:
+            old.close()
+
+    def wait_registered(self, resource, after=0, timeout=10.0) -> PluginClient:
+        """Wait for a registration of resource numbered above `after` (see .registrations)."""
+        deadline = time.monotonic() + timeout
+        with self.registered:
+            while resource not in self.clients or self.registrations <= after:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError(
+                        "%s did not register (registered: %s)" % (resource, sorted(self.clients))
+                    )
+                self.registered.wait(remaining)
+            return self.clients[resource]
+
+    def stop(self):
+        if self.server is not None:
+            self.server.stop(grace=0).wait()
+            self.server = None
+        for client in self.clients.values():
+            client.close()
+        self.clients = {}
+
+    def restart(self):
+        """What a kubelet restart looks like to plugins: sockets deleted, kubelet.sock re-created."""
+        self.stop()
+        for name in os.listdir(self.plugin_dir):
+            path = os.path.join(self.plugin_dir, name)
+            if stat.S_ISSOCK(os.lstat(path).st_mode):
+                os.unlink(path)
+        self.start()

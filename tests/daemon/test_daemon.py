@@ -1,0 +1,376 @@
+# Copyright (c) gpuops.k8s contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The daemon as a process: nvidia-ml-py over the mock NVML, a kubelet stand-in over gRPC.
+
+Every RPC, registration order, kubelet restarts, health with recovery, SIGHUP, SIGTERM,
+bad configurations, MIG and metrics.
+"""
+
+import os
+import re
+import shutil
+import signal
+import time
+
+import grpc
+import pytest
+from dp_harness import H100_UUIDS, Daemon, build_mock, short_tempdir
+from kubelet_standin import KubeletStandin
+
+from gpuops_device_plugin.api import api_pb2
+
+GPU = "nvidia.com/gpu"
+
+
+@pytest.fixture(scope="module")
+def lib_dir():
+    directory, why = build_mock()
+    if directory is None:
+        pytest.skip(why)
+    return directory
+
+
+@pytest.fixture
+def plugin_dir():
+    path = short_tempdir("dp-")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def kubelet(plugin_dir):
+    standin = KubeletStandin(plugin_dir)
+    standin.start()
+    yield standin
+    standin.stop()
+
+
+@pytest.fixture
+def start(lib_dir, plugin_dir):
+    started = []
+
+    def _start(**kwargs):
+        daemon = Daemon(lib_dir, plugin_dir, **kwargs).start()
+        started.append(daemon)
+        return daemon
+
+    yield _start
+    for daemon in started:
+        daemon.cleanup()
+
+
+def all_healthy(count):
+    return lambda devices: len(devices) == count and all(h == "Healthy" for h in devices.values())
+
+
+def write_config(plugin_dir, text):
+    path = os.path.join(plugin_dir, "..", os.path.basename(plugin_dir) + ".yaml")
+    with open(path, "w") as handle:
+        handle.write(text)
+    return os.path.abspath(path)
+
+
+def test_registers_and_lists_the_eight_h100s(kubelet, start):
+    start()
+    client = kubelet.wait_registered(GPU, timeout=30)
+    devices = client.wait(all_healthy(8))
+    assert sorted(devices) == sorted(H100_UUIDS)
+    assert client.options.get_preferred_allocation_available is True
+    assert client.options.pre_start_required is False
+    assert client.endpoint.endswith("/gpuops-gpu.sock")
+
+
+def test_serves_first_and_registers_when_the_kubelet_appears(lib_dir, plugin_dir, start):
+    daemon = start()
+    daemon.wait_log("waiting for the kubelet", timeout=30)
+    assert os.path.exists(os.path.join(plugin_dir, "gpuops-gpu.sock"))
+    kubelet = KubeletStandin(plugin_dir)
+    kubelet.start()
+    try:
+        kubelet.wait_registered(GPU).wait(all_healthy(8))
+    finally:
+        kubelet.stop()
+
+
+def test_allocate_and_the_other_rpcs(kubelet, start):
+    start()
+    client = kubelet.wait_registered(GPU, timeout=30)
+    client.wait(all_healthy(8))
+    response = client.allocate([H100_UUIDS[1], H100_UUIDS[4]], [H100_UUIDS[7]])
+    envs = [dict(r.envs) for r in response.container_responses]
+    assert envs == [
+        {"NVIDIA_VISIBLE_DEVICES": "%s,%s" % (H100_UUIDS[1], H100_UUIDS[4])},
+        {"NVIDIA_VISIBLE_DEVICES": H100_UUIDS[7]},
+    ]
+    with pytest.raises(grpc.RpcError) as refused:
+        client.allocate([H100_UUIDS[0], "GPU-not-here"])
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "unknown device for nvidia.com/gpu: GPU-not-here" in refused.value.details()
+    chosen = client.preferred(H100_UUIDS, [H100_UUIDS[6]], 4)
+    assert len(set(chosen)) == 4
+    assert H100_UUIDS[6] in chosen
+    assert set(chosen) <= set(H100_UUIDS)
+    assert client.stub.PreStartContainer(api_pb2.PreStartContainerRequest(devices_ids=chosen), timeout=5) == (
+        api_pb2.PreStartContainerResponse()
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (("--device-id-strategy", "index"), {"envs": {"NVIDIA_VISIBLE_DEVICES": "2"}}),
+        (
+            ("--device-list-strategy", "volume-mounts"),
+            {
+                "envs": {"NVIDIA_VISIBLE_DEVICES": "/var/run/nvidia-container-devices"},
+                "mounts": [
+                    {
+                        "container_path": "/var/run/nvidia-container-devices/" + H100_UUIDS[2],
+                        "host_path": "/dev/null",
+                    }
+                ],
+            },
+        ),
+        (
+            ("--device-list-strategy", "cdi-cri", "--device-id-strategy", "index"),
+            {"cdi_devices": [{"name": "k8s.device-plugin.nvidia.com/gpu=2"}]},
+        ),
+        (
+            ("--pass-device-specs", "true"),
+            {
+                "envs": {"NVIDIA_VISIBLE_DEVICES": H100_UUIDS[2]},
+                "devices": [
+                    {"container_path": "/dev/nvidiactl", "host_path": "/dev/nvidiactl", "permissions": "rw"},
+                    {"container_path": "/dev/nvidia2", "host_path": "/dev/nvidia2", "permissions": "rw"},
+                ],
+            },
+        ),
+    ],
+    ids=["index", "volume-mounts", "cdi-cri", "pass-device-specs"],
+)
+def test_allocate_strategies_over_grpc(kubelet, start, args, expected):
+    from google.protobuf.json_format import MessageToDict  # noqa: PLC0415
+
+    start(args=args)
+    client = kubelet.wait_registered(GPU, timeout=30)
+    client.wait(all_healthy(8))
+    answer = MessageToDict(
+        client.allocate([H100_UUIDS[2]]).container_responses[0], preserving_proto_field_name=True
+    )
+    assert answer == expected
+
+
+def test_cdi_annotations_over_grpc(kubelet, start):
+    start(args=("--device-list-strategy", "cdi-annotations"))
+    client = kubelet.wait_registered(GPU, timeout=30)
+    annotations = dict(client.allocate([H100_UUIDS[0]]).container_responses[0].annotations)
+    ((key, value),) = annotations.items()
+    assert re.fullmatch(r"cdi\.k8s\.io/nvidia-device-plugin_[0-9a-f-]{36}", key)
+    assert value == "k8s.device-plugin.nvidia.com/gpu=" + H100_UUIDS[0]
+
+
+def test_twenty_kubelet_restarts_in_a_row(kubelet, start, plugin_dir):
+    checkpoint = os.path.join(plugin_dir, "kubelet_internal_checkpoint")
+    with open(checkpoint, "w") as handle:
+        handle.write("{}")
+    start()
+    kubelet.wait_registered(GPU, timeout=30).wait(all_healthy(8))
+    for _restart in range(20):
+        before = kubelet.registrations
+        kubelet.restart()
+        kubelet.wait_registered(GPU, after=before, timeout=10).wait(all_healthy(8))
+    with open(checkpoint) as handle:
+        assert handle.read() == "{}"  # never touches the kubelet's own files
+
+
+def test_re_registers_when_its_own_socket_is_deleted(kubelet, start, plugin_dir):
+    daemon = start()
+    kubelet.wait_registered(GPU, timeout=30).wait(all_healthy(8))
+    before = kubelet.registrations
+    os.unlink(os.path.join(plugin_dir, "gpuops-gpu.sock"))
+    kubelet.wait_registered(GPU, after=before).wait(all_healthy(8))
+    daemon.wait_log("our socket %s was removed" % os.path.join(plugin_dir, "gpuops-gpu.sock"))
+
+
+HEALTH_CONFIG = """\
+version: v1
+health:
+  probeIntervalSeconds: 0.2
+  recovery:
+    quietPeriodSeconds: 1
+"""
+
+
+def test_xid_79_marks_the_gpu_unhealthy_and_xid_13_does_not(kubelet, start, plugin_dir):
+    daemon = start(config=write_config(plugin_dir, HEALTH_CONFIG))
+    client = kubelet.wait_registered(GPU, timeout=30)
+    client.wait(all_healthy(8))
+    daemon.inject("xid-2-13")
+    daemon.wait_log("XID 13 on GPU %s ignored" % H100_UUIDS[2])
+    assert client.healthy() == sorted(H100_UUIDS)
+    daemon.inject("xid-5-79")
+    devices = client.wait(lambda d: d.get(H100_UUIDS[5]) == "Unhealthy")
+    assert sorted(i for i, h in devices.items() if h == "Unhealthy") == [H100_UUIDS[5]]
+    assert (
+        'gpuops_device_plugin_health_events_total{action="unhealthy",kind="xid",xid="79"} 1.0'
+        in daemon.metrics()
+    )
+    assert (
+        'gpuops_device_plugin_health_events_total{action="ignored",kind="xid",xid="13"} 1.0'
+        in daemon.metrics()
+    )
+
+
+def test_an_xid_gpu_recovers_after_the_quiet_period(kubelet, start, plugin_dir):
+    daemon = start(config=write_config(plugin_dir, HEALTH_CONFIG))
+    client = kubelet.wait_registered(GPU, timeout=30)
+    client.wait(all_healthy(8))
+    daemon.inject("xid-1-48")
+    client.wait(lambda d: d.get(H100_UUIDS[1]) == "Unhealthy")
+    marked = time.monotonic()
+    client.wait(all_healthy(8), timeout=10)
+    assert time.monotonic() - marked >= 0.9  # not before the 1 s quiet period
+    daemon.wait_log("device %s is now Healthy: re-probe succeeded" % H100_UUIDS[1])
+
+
+def test_a_lost_gpu_is_unhealthy_until_it_answers_again(kubelet, start, plugin_dir):
+    daemon = start(config=write_config(plugin_dir, HEALTH_CONFIG))
+    client = kubelet.wait_registered(GPU, timeout=30)
+    client.wait(all_healthy(8))
+    daemon.inject("lost-3")
+    client.wait(lambda d: d.get(H100_UUIDS[3]) == "Unhealthy")
+    time.sleep(2)  # longer than the quiet period: still lost, so still unhealthy
+    assert client.devices[H100_UUIDS[3]] == "Unhealthy"
+    daemon.clear("lost-3")
+    client.wait(all_healthy(8), timeout=10)
+
+
+def test_recovery_can_be_switched_off(kubelet, start, plugin_dir):
+    text = HEALTH_CONFIG.replace("quietPeriodSeconds: 1", "enabled: false")
+    daemon = start(config=write_config(plugin_dir, text))
+    client = kubelet.wait_registered(GPU, timeout=30)
+    client.wait(all_healthy(8))
+    daemon.inject("xid-0-79")
+    client.wait(lambda d: d.get(H100_UUIDS[0]) == "Unhealthy")
+    time.sleep(2)
+    assert client.devices[H100_UUIDS[0]] == "Unhealthy"
+
+
+SHARED_CONFIG = """\
+version: v1
+sharing:
+  timeSlicing:
+    renameByDefault: true
+    resources:
+      - name: nvidia.com/gpu
+        replicas: 2
+        perDevice:
+          - index: 0
+            replicas: 1
+"""
+
+
+def test_sighup_reloads_the_configuration(kubelet, start, plugin_dir):
+    path = write_config(plugin_dir, "version: v1\n")
+    daemon = start(config=path)
+    kubelet.wait_registered(GPU, timeout=30).wait(all_healthy(8))
+    with open(path, "w") as handle:
+        handle.write(SHARED_CONFIG)
+    before = kubelet.registrations
+    daemon.signal(signal.SIGHUP)
+    shared = kubelet.wait_registered(GPU + ".shared", after=before, timeout=15).wait(all_healthy(14))
+    assert sorted(shared) == sorted("%s::%d" % (uuid, n) for uuid in H100_UUIDS[1:] for n in range(2))
+    assert kubelet.wait_registered(GPU, after=before).wait(all_healthy(1)) == {H100_UUIDS[0]: "Healthy"}
+
+
+def test_sighup_with_a_bad_file_keeps_the_running_configuration(kubelet, start, plugin_dir):
+    path = write_config(plugin_dir, "version: v1\n")
+    daemon = start(config=path)
+    client = kubelet.wait_registered(GPU, timeout=30)
+    client.wait(all_healthy(8))
+    with open(path, "w") as handle:
+        handle.write("flags:\n  migStrategy: sometimes\n")
+    daemon.signal(signal.SIGHUP)
+    daemon.wait_log("reload refused, keeping the running configuration: migStrategy: 'sometimes'")
+    assert daemon.proc.poll() is None
+    assert (
+        client.allocate([H100_UUIDS[0]]).container_responses[0].envs["NVIDIA_VISIBLE_DEVICES"]
+        == H100_UUIDS[0]
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ("--mig-strategy", "sometimes"),
+            "migStrategy: 'sometimes' is not valid; valid: none, single, mixed",
+        ),
+        (("--device-list-strategy", "envvar,nope"), "deviceListStrategy: 'nope' is not valid"),
+        (
+            ("--config-file", "/nonexistent/config.yaml"),
+            "config file /nonexistent/config.yaml: cannot be read",
+        ),
+    ],
+)
+def test_bad_configuration_exits_2_and_serves_nothing(lib_dir, plugin_dir, args, message):
+    rc, log = Daemon(lib_dir, plugin_dir, args=args).run()
+    assert rc == 2
+    assert "invalid configuration: " + message in log
+    assert os.listdir(plugin_dir) == []
+
+
+def test_sharing_a_resource_the_node_lacks_exits_2(lib_dir, plugin_dir):
+    path = write_config(plugin_dir, SHARED_CONFIG.replace("nvidia.com/gpu", "nvidia.com/mig-1g.10gb"))
+    rc, log = Daemon(lib_dir, plugin_dir, config=path).run()
+    assert rc == 2
+    assert "'nvidia.com/mig-1g.10gb' is not a resource this node offers; it offers nvidia.com/gpu" in log
+    assert [n for n in os.listdir(plugin_dir) if n.endswith(".sock")] == []
+
+
+def test_no_nvml_fails_by_default_and_waits_when_told_not_to(plugin_dir, tmp_path):
+    rc, log = Daemon(str(tmp_path), plugin_dir, profile=None).run()
+    assert rc == 1
+    assert "NVML is not usable" in log
+    daemon = Daemon(str(tmp_path), plugin_dir, profile=None, args=("--fail-on-init-error", "false")).start()
+    try:
+        daemon.wait_log("serving nothing until stopped", timeout=30)
+        assert daemon.stop() == 0
+    finally:
+        daemon.cleanup()
+
+
+def test_sigterm_stops_cleanly_and_removes_only_its_socket(kubelet, start, plugin_dir):
+    daemon = start()
+    kubelet.wait_registered(GPU, timeout=30)
+    assert daemon.stop() == 0
+    assert sorted(os.listdir(plugin_dir)) == ["kubelet.sock"]
+    assert "stopping on SIGTERM" in daemon.text()
+
+
+def test_mig_mixed_offers_one_resource_per_profile(kubelet, start):
+    start(profile="a100-8x-mig.yaml", args=("--mig-strategy", "mixed"))
+    kubelet.wait_registered("nvidia.com/mig-1g.5gb", timeout=30)
+    for name in (
+        "nvidia.com/gpu",
+        "nvidia.com/mig-4g.20gb",
+        "nvidia.com/mig-3g.20gb",
+        "nvidia.com/mig-2g.10gb",
+    ):
+        kubelet.wait_registered(name)
+    assert len(kubelet.clients["nvidia.com/gpu"].wait(all_healthy(5))) == 5  # GPUs 3-7
+    assert len(kubelet.clients["nvidia.com/mig-1g.5gb"].wait(all_healthy(8))) == 8  # 1 on GPU 0, 7 on GPU 2
+    assert len(kubelet.clients["nvidia.com/mig-3g.20gb"].wait(all_healthy(2))) == 2
+
+
+def test_metrics_count_devices_registrations_and_rpcs(kubelet, start):
+    daemon = start()
+    client = kubelet.wait_registered(GPU, timeout=30)
+    client.wait(all_healthy(8))
+    client.allocate([H100_UUIDS[0]])
+    text = daemon.metrics()
+    assert 'gpuops_device_plugin_devices{health="Healthy",resource="nvidia.com/gpu"} 8.0' in text
+    assert 'gpuops_device_plugin_registrations_total{resource="nvidia.com/gpu",result="ok"} 1.0' in text
+    assert 'gpuops_device_plugin_allocations_total{resource="nvidia.com/gpu"} 1.0' in text
+    assert 'gpuops_device_plugin_rpc_duration_seconds_count{method="Allocate"} 1.0' in text
