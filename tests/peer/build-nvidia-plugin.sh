@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Build NVIDIA's device plugin (github.com/NVIDIA/k8s-device-plugin, cmd/nvidia-device-plugin)
+# from the Go module proxy, to run next to ours against the mock NVML
+# (tests/mocknvml/build.sh).
+#
+# Output: ${GPUOPS_CACHE:-<repo>/.cache}/nvidia-device-plugin/<version>/nvidia-device-plugin.
+# The last line on stdout is that directory; everything else goes to stderr. An existing
+# binary is reused (delete the directory to rebuild). NVIDIA_PLUGIN_VERSION picks another
+# release (the proxy here serves v0.17.2 to v0.19.0).
+#
+# Exit status:
+#   0  built, or already there
+#   3  unavailable here: the module version cannot be downloaded, or the Go toolchain or a
+#      C compiler for cgo (go-nvml) is missing. The one stderr line starting with
+#      "NVIDIA device plugin unavailable:" says which.
+#   1  the build broke (anything else)
+set -euo pipefail
+
+VERSION=${NVIDIA_PLUGIN_VERSION:-v0.18.2}
+MODULE=github.com/NVIDIA/k8s-device-plugin
+PACKAGE=$MODULE/cmd/nvidia-device-plugin
+BINARY=nvidia-device-plugin
+REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+OUT_DIR=${GPUOPS_CACHE:-$REPO_ROOT/.cache}/nvidia-device-plugin/$VERSION
+
+unavailable() {
+    echo "NVIDIA device plugin unavailable: $*" >&2
+    exit 3
+}
+
+broken() {
+    echo "NVIDIA device plugin build failed: $*" >&2
+    exit 1
+}
+
+log() {
+    echo "nvidia-device-plugin: $*" >&2
+}
+
+# One field of `go mod download -json` output on stdin, on one line.
+field() {
+    python3 -c '
+import json
+import sys
+
+doc = json.loads(sys.stdin.read() or "{}")
+print(" ".join(str(doc.get(sys.argv[1]) or "").split()))
+' "$1"
+}
+
+if [[ -x $OUT_DIR/$BINARY ]]; then
+    log "reusing $OUT_DIR/$BINARY"
+    echo "$OUT_DIR"
+    exit 0
+fi
+
+command -v python3 >/dev/null 2>&1 || unavailable "python3 not found on PATH (it reads go's JSON output)"
+command -v go >/dev/null 2>&1 || unavailable "go not found on PATH (building ${PACKAGE}@${VERSION} needs it)"
+CC_CMD=$(go env CC)
+command -v "${CC_CMD%% *}" >/dev/null 2>&1 ||
+    unavailable "no C compiler for cgo (go env CC: ${CC_CMD}); the plugin links go-nvml with cgo"
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/gpuops-nvidia-plugin.XXXXXX")
+# Files copied out of the module cache are read-only: make them writable to remove them.
+trap 'chmod -R u+w "$WORK" 2>/dev/null || true; rm -rf "$WORK"' EXIT
+
+# Not `go install ${PACKAGE}@${VERSION}`: that also reads the module's version list (for
+# deprecation notices), which the allowlist proxy here refuses (403) although it serves
+# the version itself. Download the version and build it in a writable copy instead: its
+# own go.mod and go.sum pin every dependency, and it has no replace directives.
+log "downloading ${MODULE}@${VERSION}"
+mkdir -p "$WORK/wrapper"
+(cd "$WORK/wrapper" && go mod init gpuops.invalid/nvidia-plugin-wrapper >/dev/null 2>&1) ||
+    broken "go mod init of the wrapper module failed in $WORK/wrapper"
+set +e
+json=$(cd "$WORK/wrapper" && go mod download -json "${MODULE}@${VERSION}" 2>"$WORK/download.err")
+rc=$?
+set -e
+error=$(field Error <<<"$json")
+if [[ $rc -ne 0 || -n $error ]]; then
+    unavailable "go mod download ${MODULE}@${VERSION} failed: ${error:-$(tail -n 1 "$WORK/download.err")}"
+fi
+src=$WORK/src
+mkdir -p "$src"
+cp -R "$(field Dir <<<"$json")/." "$src/"
+chmod -R u+w "$src"
+
+log "building ${PACKAGE}@${VERSION} ($(go env GOVERSION); a few minutes the first time)"
+started=$SECONDS
+set +e
+(cd "$src" && CGO_ENABLED=1 GOFLAGS="-mod=readonly -buildvcs=false" go build -o "$WORK/bin/$BINARY" "./${PACKAGE#"$MODULE"/}") 2>&1 |
+    tee "$WORK/build.log" >&2
+rc=${PIPESTATUS[0]}
+set -e
+if [[ $rc -ne 0 ]]; then
+    reason=$(grep -m 1 -E '403|404|410|Forbidden|not available|reading https://|module lookup disabled|requires go >=' "$WORK/build.log" || true)
+    [[ -z $reason ]] || unavailable "go build of ${PACKAGE}@${VERSION} failed: ${reason}"
+    broken "go build of ${PACKAGE}@${VERSION} exited $rc (output above)"
+fi
+[[ -x $WORK/bin/$BINARY ]] || broken "go build produced no $BINARY"
+
+mkdir -p "$OUT_DIR"
+cp "$WORK/bin/$BINARY" "$OUT_DIR/.$BINARY.$$"
+mv -f "$OUT_DIR/.$BINARY.$$" "$OUT_DIR/$BINARY"
+log "built $OUT_DIR/$BINARY in $((SECONDS - started)) s"
+echo "$OUT_DIR"
