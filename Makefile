@@ -79,6 +79,7 @@ molecule: venv lab-images  ## molecule test for every scenario in extensions/mol
 .PHONY: bench
 bench: venv  ## Benchmarks (not tests): see bench/README.md
 	python bench/gpu_info.py
+	python bench/device_plugin.py
 
 .PHONY: lock
 lock:  ## Re-resolve requirements/dev.in into the pinned requirements/dev.txt

@@ -126,6 +126,7 @@ class KubeletStandin:
         self.clients: dict[str, PluginClient] = {}
         self.registrations = 0
         self.registered = threading.Condition()
+        self.started_at = self.registered_at = None  # perf_counter() of the last start / Register
 
     def start(self):
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
@@ -133,12 +134,14 @@ class KubeletStandin:
         server.add_insecure_port("unix://" + os.path.join(self.plugin_dir, KUBELET_SOCKET))
         server.start()
         self.server = server
+        self.started_at = time.perf_counter()
 
     def add(self, client):
         with self.registered:
             old = self.clients.get(client.resource)
             self.clients[client.resource] = client
             self.registrations += 1
+            self.registered_at = time.perf_counter()
             self.registered.notify_all()
         if old is not None:
             old.close()

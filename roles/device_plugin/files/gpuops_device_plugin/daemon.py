@@ -162,9 +162,15 @@ class Daemon:
         """Serve again where our socket is gone, then register if the kubelet is there."""
         ok = True
         for endpoint in endpoints:
+            served = False
             if not endpoint.serving():
                 endpoint.serve()
-            if os.path.exists(os.path.join(endpoint.plugin_dir, KUBELET_SOCKET)):
+                served = True
+            # One kubelet restart brings both events (our socket gone, kubelet.sock new):
+            # register once per kubelet.sock unless our server changed.
+            if not os.path.exists(os.path.join(endpoint.plugin_dir, KUBELET_SOCKET)):
+                continue
+            if served or not endpoint.registered_with_current_kubelet():
                 ok = endpoint.register() and ok
         if not ok:
             self.retry_later()

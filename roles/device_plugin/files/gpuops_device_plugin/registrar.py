@@ -44,6 +44,7 @@ class Endpoint:
         self.server = None
         self.inode = None
         self.generation = 0
+        self.registered_with = None  # inode of the kubelet.sock we last registered with
 
     @property
     def socket_name(self) -> str:
@@ -91,9 +92,11 @@ class Endpoint:
             options=self.service.options(),
         )
         try:
+            kubelet_inode = os.stat(kubelet).st_ino
             with grpc.insecure_channel("unix://" + kubelet, options=CHANNEL_OPTIONS) as channel:
                 api_pb2_grpc.RegistrationStub(channel).Register(request, timeout=REGISTER_TIMEOUT_S)
-        except grpc.RpcError as error:
+        except (grpc.RpcError, FileNotFoundError) as error:
+            self.registered_with = None
             LOG.error(
                 "registering %s with the kubelet at %s failed: %s", request.resource_name, kubelet, error
             )
@@ -105,14 +108,21 @@ class Endpoint:
             len(self.service.resource.devices),
         )
         self.metrics.registrations.labels(request.resource_name, "ok").inc()
+        self.registered_with = kubelet_inode
         return True
+
+    def registered_with_current_kubelet(self) -> bool:
+        try:
+            return self.registered_with == os.stat(os.path.join(self.plugin_dir, KUBELET_SOCKET)).st_ino
+        except FileNotFoundError:
+            return False
 
     def stop(self) -> None:
         # Stop fully before a new server binds the path: a stopping grpc server unlinks
         # its socket path even if a new server already bound it.
         if self.server is not None:
             ours = self.serving()
-            self.service.stopping.set()
+            self.service.stop_streams()
             self.server.stop(grace=0.5).wait()
             self.server = None
             if ours:

@@ -29,6 +29,15 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
         self.allocator = allocator
         self.metrics = metrics
         self.stopping = threading.Event()
+        self._streams: set[queue.Queue] = set()
+        self._streams_lock = threading.Lock()
+
+    def stop_streams(self) -> None:
+        """End every ListAndWatch now, so that a server stop does not wait out its grace."""
+        self.stopping.set()
+        with self._streams_lock:
+            for stream in self._streams:
+                stream.put(False)
 
     def options(self) -> api_pb2.DevicePluginOptions:
         """The same options go into Register and GetDevicePluginOptions."""
@@ -52,12 +61,15 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
     def ListAndWatch(self, request, context):
         changes: queue.Queue = queue.Queue()
         unsubscribe = self.health.subscribe(lambda: changes.put(True))
+        with self._streams_lock:
+            self._streams.add(changes)
         try:
             last = self.device_list()
             yield last
             while context.is_active() and not self.stopping.is_set():
                 try:
-                    changes.get(timeout=0.5)
+                    if not changes.get(timeout=5):
+                        break  # stop_streams()
                 except queue.Empty:
                     continue
                 current = self.device_list()
@@ -66,6 +78,8 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
                     yield current
         finally:
             unsubscribe()
+            with self._streams_lock:
+                self._streams.discard(changes)
 
     def GetPreferredAllocation(self, request, context):
         with self.metrics.rpc("GetPreferredAllocation"):

@@ -1,0 +1,212 @@
+# Copyright (c) gpuops.k8s contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Benchmark the gpuops device plugin against NVIDIA's, side by side (not a test).
+
+    .venv/bin/python bench/device_plugin.py [--plugins gpuops,nvidia] [--calls 10000]
+        [--restarts 100] [--idle 60]
+
+Both plugins run over the same mock NVML library (tests/mocknvml/build.sh, H100 8-GPU
+profile) and talk to the same kubelet stand-in (tests/daemon/kubelet_standin.py), which
+is also the client that times the RPCs. NVIDIA's plugin always serves in
+/var/lib/kubelet/device-plugins, so both run there: run as root on a machine without a
+kubelet. NVIDIA's binary comes from tests/peer/build-nvidia-plugin.sh.
+
+Measured: time to first registration; re-registration after each of --restarts kubelet
+restarts (p50/p99); Allocate and GetPreferredAllocation latency over --calls calls
+(p50/p99); XID 79 to Unhealthy in the kubelet's list (one per GPU); RSS and CPU while
+idle for --idle seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT / "tests" / "daemon"), str(ROOT / "roles" / "device_plugin" / "files")]
+sys.dont_write_bytecode = True
+
+from dp_harness import H100_UUIDS, PROFILES, build_mock, short_tempdir  # noqa: E402
+from kubelet_standin import KubeletStandin  # noqa: E402
+
+PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
+RESOURCE = "nvidia.com/gpu"
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def percentile(values, pct):
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(pct / 100 * (len(ordered) - 1)))]
+
+
+def nvidia_binary():
+    proc = subprocess.run(
+        ["bash", str(ROOT / "tests" / "peer" / "build-nvidia-plugin.sh")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise SystemExit("NVIDIA's plugin is not available: %s" % proc.stderr.strip())
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def command(plugin):
+    if plugin == "gpuops":
+        config = Path(short_tempdir("bench-cfg-")) / "config.yaml"
+        config.write_text("version: v1\nhealth:\n  recovery:\n    enabled: false\n")
+        return [
+            sys.executable,
+            "-m",
+            "gpuops_device_plugin",
+            "--device-plugin-path",
+            PLUGIN_DIR,
+            "--metrics-address",
+            "",
+            "--config-file",
+            str(config),
+        ]
+    return [nvidia_binary(), "--kubelet-socket", os.path.join(PLUGIN_DIR, "kubelet.sock")]
+
+
+def cpu_seconds(pid):
+    fields = Path("/proc/%d/stat" % pid).read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def rss_mib(pid):
+    for line in Path("/proc/%d/status" % pid).read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def reregistration(kubelet, restarts):
+    times = []
+    for _restart in range(restarts):
+        before = kubelet.registrations
+        kubelet.restart()
+        kubelet.wait_registered(RESOURCE, after=before, timeout=60).wait(lambda d: len(d) == 8, timeout=30)
+        # From the new kubelet.sock to the plugin's Register (the stand-in's own stop is excluded).
+        times.append(kubelet.registered_at - kubelet.started_at)
+    return {
+        "re-registration p50 (ms)": 1000 * percentile(times, 50),
+        "re-registration p99 (ms)": 1000 * percentile(times, 99),
+    }
+
+
+def rpc_latency(client, calls):
+    rng = random.Random(7)
+    allocate, preferred = [], []
+    for _call in range(calls):
+        device = rng.choice(H100_UUIDS)
+        start = time.perf_counter()
+        client.allocate([device])
+        allocate.append(time.perf_counter() - start)
+    for _call in range(calls):
+        must = [rng.choice(H100_UUIDS)]
+        start = time.perf_counter()
+        client.preferred(H100_UUIDS, must, 4)
+        preferred.append(time.perf_counter() - start)
+    return {
+        "Allocate p50 (ms)": 1000 * percentile(allocate, 50),
+        "Allocate p99 (ms)": 1000 * percentile(allocate, 99),
+        "GetPreferredAllocation p50 (ms)": 1000 * percentile(preferred, 50),
+        "GetPreferredAllocation p99 (ms)": 1000 * percentile(preferred, 99),
+    }
+
+
+def idle(pid, seconds):
+    cpu_before, wall_before = cpu_seconds(pid), time.perf_counter()
+    time.sleep(seconds)
+    cpu = cpu_seconds(pid) - cpu_before
+    return {"idle CPU (%)": 100 * cpu / (time.perf_counter() - wall_before), "RSS (MiB)": rss_mib(pid)}
+
+
+def xid_to_unhealthy(client, control):
+    """XID 79 on each GPU in turn (NVIDIA's plugin never recovers one, so each GPU once)."""
+    times = []
+    for index, uuid in enumerate(H100_UUIDS):
+        start = time.perf_counter()
+        Path(control, "xid-%d-79" % index).write_text("")
+        client.wait(lambda d, u=uuid: d.get(u) == "Unhealthy", timeout=30)
+        times.append(time.perf_counter() - start)
+    return {
+        "XID-to-Unhealthy p50 (ms)": 1000 * statistics.median(times),
+        "XID-to-Unhealthy max (ms)": 1000 * max(times),
+    }
+
+
+def bench(plugin, lib_dir, options):
+    control = short_tempdir("bench-ctl-")
+    env = dict(os.environ)
+    env.update(
+        LD_LIBRARY_PATH=lib_dir,
+        MOCK_NVML_CONFIG=str(PROFILES / "h100-8x-nvswitch.yaml"),
+        MOCK_NVML_CONTROL_DIR=control,
+        PYTHONPATH=str(ROOT / "roles" / "device_plugin" / "files"),
+        PYTHONDONTWRITEBYTECODE="1",
+    )
+    kubelet = KubeletStandin(PLUGIN_DIR)
+    kubelet.start()
+    log = open(os.path.join(control, "plugin.log"), "w")  # noqa: SIM115
+    started = time.perf_counter()
+    proc = subprocess.Popen(command(plugin), env=env, stdout=log, stderr=subprocess.STDOUT)
+    results = {}
+    try:
+        client = kubelet.wait_registered(RESOURCE, timeout=60)
+        client.wait(lambda d: len(d) == 8, timeout=30)
+        results["first registration (s)"] = time.perf_counter() - started
+        results.update(reregistration(kubelet, options.restarts))
+        results.update(rpc_latency(kubelet.clients[RESOURCE], options.calls))
+        results.update(idle(proc.pid, options.idle))
+        results.update(xid_to_unhealthy(kubelet.clients[RESOURCE], control))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        log.close()
+        kubelet.stop()
+    return results
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--plugins", default="gpuops,nvidia")
+    parser.add_argument("--calls", type=int, default=10000)
+    parser.add_argument("--restarts", type=int, default=100)
+    parser.add_argument("--idle", type=float, default=60)
+    options = parser.parse_args()
+    if os.path.exists(os.path.join(PLUGIN_DIR, "kubelet.sock")):
+        raise SystemExit(
+            "%s/kubelet.sock exists: is a kubelet running here? Not benchmarking over it." % PLUGIN_DIR
+        )
+    os.makedirs(PLUGIN_DIR, exist_ok=True)
+    lib_dir, why = build_mock()
+    if lib_dir is None:
+        raise SystemExit(why)
+    table = {}
+    for plugin in options.plugins.split(","):
+        print("benchmarking %s ..." % plugin, file=sys.stderr)
+        table[plugin] = bench(plugin, lib_dir, options)
+    metrics = list(next(iter(table.values())))
+    names = list(table)
+    header = "| metric | " + " | ".join(names) + (" | gpuops / nvidia |" if len(names) == 2 else " |")
+    print(header)
+    print("|" + "---|" * (header.count("|") - 1))
+    for metric in metrics:
+        row = [table[n][metric] for n in names]
+        ratio = (
+            " | %.2f" % (row[0] / row[1]) if len(row) == 2 and row[1] else (" | -" if len(row) == 2 else "")
+        )
+        print("| %s | %s%s |" % (metric, " | ".join("%.3f" % v for v in row), ratio))
+
+
+if __name__ == "__main__":
+    main()

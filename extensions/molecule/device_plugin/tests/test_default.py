@@ -1,0 +1,74 @@
+# Copyright (c) gpuops.k8s contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The device_plugin role on a lab node: a hardened service the kubelet stand-in registers."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(os.environ["MOLECULE_PROJECT_DIRECTORY"]).parent
+SERVICE = "gpuops-device-plugin"
+VENV_PYTHON = "/opt/gpuops-device-plugin/venv/bin/python"
+PROFILE = yaml.safe_load((REPO / "tests" / "profiles" / "h100-8x-nvswitch.yaml").read_text())
+H100_UUIDS = sorted(device["uuid"] for device in PROFILE["devices"])
+
+PROBE = """
+import json, sys
+sys.path[:0] = ["/opt/gpuops-device-plugin/lib", "/tmp/standin"]
+from kubelet_standin import KubeletStandin
+kubelet = KubeletStandin("/var/lib/kubelet/device-plugins")
+kubelet.start()
+try:
+    devices = kubelet.wait_registered("nvidia.com/gpu", timeout=30).wait(lambda d: len(d) == 8, timeout=30)
+    print(json.dumps(devices))
+finally:
+    kubelet.stop()
+"""
+
+
+def test_service_is_active_and_enabled(host):
+    service = host.service(SERVICE)
+    assert service.is_running
+    assert service.is_enabled
+
+
+@pytest.mark.parametrize(
+    ("prop", "value"),
+    [
+        ("NoNewPrivileges", "yes"),
+        ("ProtectSystem", "strict"),
+        ("ProtectHome", "yes"),
+        ("PrivateTmp", "yes"),
+        ("CapabilityBoundingSet", ""),
+        ("RestrictNamespaces", "yes"),
+        ("ReadWritePaths", "/var/lib/kubelet/device-plugins"),
+    ],
+)
+def test_unit_is_hardened(host, prop, value):
+    assert host.check_output("systemctl show -P %s %s" % (prop, SERVICE)) == value
+
+
+def test_config_was_validated_and_written(host):
+    config = host.file("/etc/gpuops-device-plugin/config.yaml")
+    assert config.mode == 0o644
+    assert "quietPeriodSeconds: 30" in config.content_string
+
+
+def test_metrics_endpoint_listens(host):
+    assert host.socket("tcp://0.0.0.0:9402").is_listening
+
+
+def test_kubelet_standin_sees_eight_healthy_gpus(host):
+    host.check_output("mkdir -p /tmp/standin")
+    standin = (REPO / "tests" / "daemon" / "kubelet_standin.py").read_text()
+    host.run_expect([0], "cat > /tmp/standin/kubelet_standin.py <<'EOF'\n%s\nEOF" % standin)
+    host.run_expect([0], "cat > /tmp/standin/probe.py <<'EOF'\n%s\nEOF" % PROBE)
+    devices = json.loads(host.check_output("%s /tmp/standin/probe.py" % VENV_PYTHON))
+    assert sorted(devices) == H100_UUIDS
+    assert set(devices.values()) == {"Healthy"}
+    log = host.check_output("journalctl -u %s --no-pager -o cat" % SERVICE)
+    assert "registered nvidia.com/gpu with the kubelet (8 devices)" in log
