@@ -72,3 +72,15 @@ def test_kubelet_standin_sees_eight_healthy_gpus(host):
     assert set(devices.values()) == {"Healthy"}
     log = host.check_output("journalctl -u %s --no-pager -o cat" % SERVICE)
     assert "registered nvidia.com/gpu with the kubelet (8 devices)" in log
+
+
+def test_the_role_validator_refuses_a_bad_config_with_the_field_named(host):
+    # The role writes the config with `validate:` running exactly this command, so a bad
+    # config fails the task and the running file stays as it was.
+    host.run_expect([0], "printf 'flags:\\n  migStrategy: sometimes\\n' > /tmp/bad-config.yaml")
+    result = host.run(
+        "/opt/gpuops-device-plugin/bin/gpuops-device-plugin --check-config --config-file /tmp/bad-config.yaml"
+    )
+    assert result.rc == 2
+    assert "migStrategy: 'sometimes' is not valid; valid: none, single, mixed" in result.stderr
+    assert "migStrategy: none" in host.file("/etc/gpuops-device-plugin/config.yaml").content_string
