@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import socket
 import statistics
 import subprocess
 import sys
@@ -55,7 +56,7 @@ def nvidia_binary():
     )
     if proc.returncode != 0:
         raise SystemExit("NVIDIA's plugin is not available: %s" % proc.stderr.strip())
-    return proc.stdout.strip().splitlines()[-1]
+    return os.path.join(proc.stdout.strip().splitlines()[-1], "nvidia-device-plugin")
 
 
 def command(plugin):
@@ -157,10 +158,12 @@ def bench(plugin, lib_dir, options):
     kubelet = KubeletStandin(PLUGIN_DIR)
     kubelet.start()
     log = open(os.path.join(control, "plugin.log"), "w")  # noqa: SIM115
+    argv = command(plugin)
     started = time.perf_counter()
-    proc = subprocess.Popen(command(plugin), env=env, stdout=log, stderr=subprocess.STDOUT)
+    proc = None
     results = {}
     try:
+        proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
         client = kubelet.wait_registered(RESOURCE, timeout=60)
         client.wait(lambda d: len(d) == 8, timeout=30)
         results["first registration (s)"] = time.perf_counter() - started
@@ -169,8 +172,9 @@ def bench(plugin, lib_dir, options):
         results.update(idle(proc.pid, options.idle))
         results.update(xid_to_unhealthy(kubelet.clients[RESOURCE], control))
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        if proc is not None:
+            proc.terminate()
+            proc.wait(timeout=30)
         log.close()
         kubelet.stop()
     return results
@@ -183,10 +187,12 @@ def main():
     parser.add_argument("--restarts", type=int, default=100)
     parser.add_argument("--idle", type=float, default=60)
     options = parser.parse_args()
-    if os.path.exists(os.path.join(PLUGIN_DIR, "kubelet.sock")):
-        raise SystemExit(
-            "%s/kubelet.sock exists: is a kubelet running here? Not benchmarking over it." % PLUGIN_DIR
-        )
+    kubelet_sock = os.path.join(PLUGIN_DIR, "kubelet.sock")
+    if os.path.exists(kubelet_sock):
+        with socket.socket(socket.AF_UNIX) as probe:
+            if probe.connect_ex(kubelet_sock) == 0:
+                raise SystemExit("%s answers: a kubelet runs here; not benchmarking over it." % kubelet_sock)
+        os.unlink(kubelet_sock)  # left by an interrupted run: nothing listens on it
     os.makedirs(PLUGIN_DIR, exist_ok=True)
     lib_dir, why = build_mock()
     if lib_dir is None:
