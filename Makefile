@@ -56,8 +56,9 @@ units: venv test-tree  ## ansible-test units
 	$(ANSIBLE_TEST) units --venv --python $(PYTHON_VERSION) --color no
 
 .PHONY: pytest
-pytest: venv  ## pytest: functional tests that drive the ansible CLI and real libraries
-	pytest
+pytest: venv  ## pytest: tests/functional (the ansible CLI, real libraries) and tests/daemon
+	@# No __pycache__ under roles/device_plugin/files: the role copies that tree to nodes.
+	PYTHONDONTWRITEBYTECODE=1 pytest
 
 .PHONY: build
 build: venv  ## Build the collection tarball and install it into a clean collections path

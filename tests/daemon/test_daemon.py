@@ -60,6 +60,13 @@ def start(lib_dir, plugin_dir):
         daemon.cleanup()
 
 
+def ready(kubelet, resource=GPU, count=8):
+    """The kubelet's view of resource once it registered with count healthy devices."""
+    client = kubelet.wait_registered(resource, timeout=30)
+    client.wait(all_healthy(count))
+    return client
+
+
 def all_healthy(count):
     return lambda devices: len(devices) == count and all(h == "Healthy" for h in devices.values())
 
@@ -95,8 +102,7 @@ def test_serves_first_and_registers_when_the_kubelet_appears(lib_dir, plugin_dir
 
 def test_allocate_and_the_other_rpcs(kubelet, start):
     start()
-    client = kubelet.wait_registered(GPU, timeout=30)
-    client.wait(all_healthy(8))
+    client = ready(kubelet)
     response = client.allocate([H100_UUIDS[1], H100_UUIDS[4]], [H100_UUIDS[7]])
     envs = [dict(r.envs) for r in response.container_responses]
     assert envs == [
@@ -153,8 +159,7 @@ def test_allocate_strategies_over_grpc(kubelet, start, args, expected):
     from google.protobuf.json_format import MessageToDict  # noqa: PLC0415
 
     start(args=args)
-    client = kubelet.wait_registered(GPU, timeout=30)
-    client.wait(all_healthy(8))
+    client = ready(kubelet)
     answer = MessageToDict(
         client.allocate([H100_UUIDS[2]]).container_responses[0], preserving_proto_field_name=True
     )
@@ -204,8 +209,7 @@ health:
 
 def test_xid_79_marks_the_gpu_unhealthy_and_xid_13_does_not(kubelet, start, plugin_dir):
     daemon = start(config=write_config(plugin_dir, HEALTH_CONFIG))
-    client = kubelet.wait_registered(GPU, timeout=30)
-    client.wait(all_healthy(8))
+    client = ready(kubelet)
     daemon.inject("xid-2-13")
     daemon.wait_log("XID 13 on GPU %s ignored" % H100_UUIDS[2])
     assert client.healthy() == sorted(H100_UUIDS)
@@ -224,8 +228,7 @@ def test_xid_79_marks_the_gpu_unhealthy_and_xid_13_does_not(kubelet, start, plug
 
 def test_an_xid_gpu_recovers_after_the_quiet_period(kubelet, start, plugin_dir):
     daemon = start(config=write_config(plugin_dir, HEALTH_CONFIG))
-    client = kubelet.wait_registered(GPU, timeout=30)
-    client.wait(all_healthy(8))
+    client = ready(kubelet)
     daemon.inject("xid-1-48")
     client.wait(lambda d: d.get(H100_UUIDS[1]) == "Unhealthy")
     marked = time.monotonic()
@@ -236,8 +239,7 @@ def test_an_xid_gpu_recovers_after_the_quiet_period(kubelet, start, plugin_dir):
 
 def test_a_lost_gpu_is_unhealthy_until_it_answers_again(kubelet, start, plugin_dir):
     daemon = start(config=write_config(plugin_dir, HEALTH_CONFIG))
-    client = kubelet.wait_registered(GPU, timeout=30)
-    client.wait(all_healthy(8))
+    client = ready(kubelet)
     daemon.inject("lost-3")
     client.wait(lambda d: d.get(H100_UUIDS[3]) == "Unhealthy")
     time.sleep(2)  # longer than the quiet period: still lost, so still unhealthy
@@ -249,8 +251,7 @@ def test_a_lost_gpu_is_unhealthy_until_it_answers_again(kubelet, start, plugin_d
 def test_recovery_can_be_switched_off(kubelet, start, plugin_dir):
     text = HEALTH_CONFIG.replace("quietPeriodSeconds: 1", "enabled: false")
     daemon = start(config=write_config(plugin_dir, text))
-    client = kubelet.wait_registered(GPU, timeout=30)
-    client.wait(all_healthy(8))
+    client = ready(kubelet)
     daemon.inject("xid-0-79")
     client.wait(lambda d: d.get(H100_UUIDS[0]) == "Unhealthy")
     time.sleep(2)
@@ -287,8 +288,7 @@ def test_sighup_reloads_the_configuration(kubelet, start, plugin_dir):
 def test_sighup_with_a_bad_file_keeps_the_running_configuration(kubelet, start, plugin_dir):
     path = write_config(plugin_dir, "version: v1\n")
     daemon = start(config=path)
-    client = kubelet.wait_registered(GPU, timeout=30)
-    client.wait(all_healthy(8))
+    client = ready(kubelet)
     with open(path, "w") as handle:
         handle.write("flags:\n  migStrategy: sometimes\n")
     daemon.signal(signal.SIGHUP)
@@ -366,8 +366,7 @@ def test_mig_mixed_offers_one_resource_per_profile(kubelet, start):
 
 def test_metrics_count_devices_registrations_and_rpcs(kubelet, start):
     daemon = start()
-    client = kubelet.wait_registered(GPU, timeout=30)
-    client.wait(all_healthy(8))
+    client = ready(kubelet)
     client.allocate([H100_UUIDS[0]])
     text = daemon.metrics()
     assert 'gpuops_device_plugin_devices{health="Healthy",resource="nvidia.com/gpu"} 8.0' in text

@@ -8,6 +8,8 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(os.environ.get("GPUOPS_VENV", REPO / ".venv")) / "bin"
 COLLECTIONS = REPO / ".build" / "collections"
@@ -62,3 +64,18 @@ def run_module(
             "ansible gave no module result (%s; rc %d)\nstdout:\n%s\nstderr:\n%s"
             % (error, proc.returncode, proc.stdout, proc.stderr)
         ) from error
+
+
+@pytest.fixture(scope="module")
+def mocknvml():
+    """The mock NVML's library directory; skips when the mock cannot be built on this machine."""
+    from _mock import build_mock  # noqa: PLC0415 - _mock imports this module
+
+    build = build_mock()
+    if build.unavailable:
+        pytest.skip(build.reason)
+    if build.rc != 0:
+        raise RuntimeError(
+            "tests/mocknvml/build.sh failed (exit %d):\n%s\n%s" % (build.rc, build.stdout, build.stderr)
+        )
+    return build.lib_dir

@@ -15,7 +15,7 @@ import re
 
 import pytest
 import yaml
-from _mock import PROFILES, build_mock, mock_env, run_python
+from _mock import PROFILES, mock_env, run_python
 from conftest import run_module
 
 H100 = "h100-8x-nvswitch.yaml"
@@ -78,19 +78,6 @@ def uuids(name):
 
 def sysfs_bus_ids(name):
     return [device["pci"]["bus_id"].lower() for device in devices(name)]
-
-
-@pytest.fixture(scope="module")
-def mocknvml():
-    """The mock's library directory; skips when the mock cannot be built on this machine."""
-    build = build_mock()
-    if build.unavailable:
-        pytest.skip(build.reason)
-    if build.rc != 0:
-        raise RuntimeError(
-            "tests/mocknvml/build.sh failed (exit %d):\n%s\n%s" % (build.rc, build.stdout, build.stderr)
-        )
-    return build.lib_dir
 
 
 @pytest.fixture

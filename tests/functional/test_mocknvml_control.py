@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 import yaml
-from _mock import PROFILES, build_mock, mock_env, run_python
+from _mock import PROFILES, mock_env, run_python
 from conftest import VENV_BIN, process_env, run_module
 
 H100 = "h100-8x-nvswitch.yaml"
@@ -145,19 +145,6 @@ pynvml.nvmlShutdown()
 print(json.dumps({"waits": waits}))
 """
 )
-
-
-@pytest.fixture(scope="module")
-def mocknvml():
-    """The mock's library directory; skips when the mock cannot be built on this machine."""
-    build = build_mock()
-    if build.unavailable:
-        pytest.skip(build.reason)
-    if build.rc != 0:
-        raise RuntimeError(
-            "tests/mocknvml/build.sh failed (exit %d):\n%s\n%s" % (build.rc, build.stdout, build.stderr)
-        )
-    return build.lib_dir
 
 
 @pytest.fixture
