@@ -15,6 +15,7 @@ import os
 import queue
 import signal
 import sys
+import threading
 
 from . import allocation, resources
 from . import config as config_mod
@@ -64,13 +65,6 @@ class Plugin:
         for endpoint in self.endpoints:
             endpoint.serve()
 
-    def register_all(self) -> bool:
-        if not os.path.exists(os.path.join(self.config.plugin_dir, KUBELET_SOCKET)):
-            LOG.info("waiting for the kubelet (%s)", os.path.join(self.config.plugin_dir, KUBELET_SOCKET))
-            return True  # Nothing to retry: the watcher hears kubelet.sock appear.
-        results = [endpoint.register() for endpoint in self.endpoints]  # every one, even after a failure
-        return all(results)
-
     def socket_names(self) -> set[str]:
         return {e.socket_name for e in self.endpoints}
 
@@ -119,8 +113,7 @@ class Daemon:
         watcher = DirectoryWatcher(config.plugin_dir, self.plugin.socket_names, self.commands)
         watcher.start()
         try:
-            if not self.plugin.register_all():
-                self.retry_later()
+            self.restart_endpoints(self.plugin.endpoints)
             return self.loop(watcher)
         finally:
             watcher.stop()
@@ -129,8 +122,6 @@ class Daemon:
             self.nvml.stop()
 
     def retry_later(self) -> None:
-        import threading  # noqa: PLC0415 - only for the rare retry timer
-
         timer = threading.Timer(REGISTER_RETRY_S, lambda: self.commands.put(("kubelet",)))
         timer.daemon = True
         timer.start()
@@ -169,6 +160,8 @@ class Daemon:
             # One kubelet restart brings both events (our socket gone, kubelet.sock new):
             # register once per kubelet.sock unless our server changed.
             if not os.path.exists(os.path.join(endpoint.plugin_dir, KUBELET_SOCKET)):
+                # Nothing to retry: the watcher hears kubelet.sock appear.
+                LOG.info("waiting for the kubelet (%s)", os.path.join(endpoint.plugin_dir, KUBELET_SOCKET))
                 continue
             if served or not endpoint.registered_with_current_kubelet():
                 ok = endpoint.register() and ok
@@ -194,8 +187,7 @@ class Daemon:
             fresh.start()
         self.plugin = fresh
         log_config(fresh.config)
-        if not fresh.register_all():
-            self.retry_later()
+        self.restart_endpoints(fresh.endpoints)
 
 
 def log_config(config) -> None:
