@@ -28,7 +28,7 @@ site: venv  ## Run the main job (playbooks/site.yml) against the local lab
 
 .PHONY: test
 test: venv  ## Run every gate and test suite (what CI runs)
-	@bash scripts/run-gates.sh lint ansible-lint sanity units pytest build molecule
+	@bash scripts/run-gates.sh lint ansible-lint sanity units pytest integration build molecule
 
 .PHONY: lint
 lint: venv  ## ruff lint and format check
@@ -76,6 +76,26 @@ lab-images: lab-deps  ## Build the lab node images (cached)
 .PHONY: molecule
 molecule: venv lab-images  ## molecule test for every scenario in extensions/molecule
 	cd extensions && for s in $(MOLECULE_SCENARIOS); do molecule test -s $$s || exit 1; done
+
+.PHONY: lab-cluster-deps
+lab-cluster-deps: lab-deps
+	@bash lab/install-deps.sh cluster
+
+.PHONY: lab-up
+lab-up: venv lab-cluster-deps  ## Start the lab's single-node Kubernetes, with our device plugin on mock GPUs
+	python lab/cluster.py up --device-plugin gpuops
+
+.PHONY: lab-down
+lab-down: venv  ## Stop the lab cluster (LAB_PURGE=1 also deletes its state)
+	python lab/cluster.py down $(if $(LAB_PURGE),--purge)
+
+.PHONY: lab-status
+lab-status: venv  ## The lab cluster's components and node
+	python lab/cluster.py status
+
+.PHONY: integration
+integration: venv lab-cluster-deps  ## Integration tests against the lab cluster (real kubelet and API server)
+	PYTHONDONTWRITEBYTECODE=1 pytest tests/integration
 
 .PHONY: bench
 bench: venv  ## Benchmarks (not tests): see bench/README.md

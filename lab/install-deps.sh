@@ -1,8 +1,15 @@
 #!/usr/bin/env bash
 # Install the host packages the lab needs, from Debian, when they are missing.
+#   install-deps.sh           podman lab nodes (molecule)
+#   install-deps.sh cluster   also the lab cluster on this host (lab/cluster.py)
 set -euo pipefail
+pkgs=(podman runc debootstrap uidmap slirp4netns fuse-overlayfs)
+if [[ "${1:-}" == cluster ]]; then
+  # etcd comes from lab/kube/etcd.sh (3.5; bookworm has 3.4), Kubernetes from lab/kube/build.sh.
+  pkgs+=(containerd containernetworking-plugins iproute2 gcc libc6-dev)
+fi
 need=()
-for pkg in podman runc debootstrap uidmap slirp4netns fuse-overlayfs; do
+for pkg in "${pkgs[@]}"; do
   dpkg-query -W -f '${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
@@ -11,5 +18,6 @@ if [ ${#need[@]} -gt 0 ]; then
     exit 1
   fi
   echo "lab: installing ${need[*]}" >&2
+  DEBIAN_FRONTEND=noninteractive apt-get update -q >&2
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need[@]}" >&2
 fi

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The lab cluster's two images, built here because no registry can be reached:
+#   localhost/gpuops-lab/pause:3.10.1  Kubernetes' own pause.c (from the k8s.io/kubernetes
+#                                       module the binaries come from), static;
+#   localhost/gpuops-lab/tools:1       Debian's static busybox, for test pods.
+# Prints "NAME ARCHIVE" per image (docker-archive tarballs for `ctr images import`).
+# Cached under $GPUOPS_LAB_CACHE (default ~/.cache/gpuops-lab).
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+cache="${GPUOPS_LAB_CACHE:-$HOME/.cache/gpuops-lab}"
+export CONTAINERS_CONF="${CONTAINERS_CONF:-$here/../containers.conf}"
+kube_version="$(awk '$1 == "k8s.io/kubernetes" {print $2; exit}' "$here/go.mod")"
+key="$(cat "$0" | sha256sum | cut -c1-12)"
+out="$cache/images-$kube_version-$key"
+pause=localhost/gpuops-lab/pause:3.10.1
+tools=localhost/gpuops-lab/tools:1
+
+if [[ ! -f "$out/.complete" ]]; then
+  rm -rf "$out" && mkdir -p "$out"
+  work="$(mktemp -d)"
+  trap 'rm -rf "$work"' EXIT
+  src="$(cd "$here" && go list -m -f '{{.Dir}}' k8s.io/kubernetes)/build/pause/linux/pause.c"
+  mkdir -p "$work/pause"
+  gcc -Os -static -DVERSION=3.10.1-gpuops-lab -o "$work/pause/pause" "$src"
+  tar -C "$work/pause" -c . | podman import --change 'ENTRYPOINT ["/pause"]' \
+    --change 'USER 65535:65535' - "$pause" >&2
+  podman save --format docker-archive -o "$out/pause.tar" "$pause" >&2
+
+  (cd "$work" && apt-get download -q busybox-static >&2)
+  dpkg -x "$work"/busybox-static_*.deb "$work/pkg"
+  mkdir -p "$work/tools/bin"
+  cp "$work/pkg/bin/busybox" "$work/tools/bin/"
+  for applet in sh env cat grep ls sleep echo true; do ln -s busybox "$work/tools/bin/$applet"; done
+  tar -C "$work/tools" -c . | podman import --change 'CMD ["/bin/sh"]' - "$tools" >&2
+  podman save --format docker-archive -o "$out/tools.tar" "$tools" >&2
+  touch "$out/.complete"
+fi
+echo "$pause $out/pause.tar"
+echo "$tools $out/tools.tar"
