@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Copyright (c) gpuops.k8s contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
@@ -77,11 +76,11 @@ def log(message):
 
 
 def run(argv, **kwargs):
-    kwargs.setdefault("check", True)
+    check = kwargs.pop("check", True)
     kwargs.setdefault("capture_output", True)
     kwargs.setdefault("text", True)
     try:
-        return subprocess.run(argv, **kwargs)  # noqa: PLW1510 - check is set above
+        return subprocess.run(argv, check=check, **kwargs)
     except subprocess.CalledProcessError as exc:
         raise LabError(
             "%s failed (%d): %s" % (" ".join(map(str, argv)), exc.returncode, exc.stderr.strip())
@@ -667,7 +666,7 @@ def kubepods_cgroups():
     for hierarchy in CGROUP_V1.iterdir():
         top = hierarchy / "kubepods"
         if top.is_dir():
-            found.extend(p for p, _, _ in os.walk(top))
+            found.extend(dirpath for dirpath, _dirs, _files in os.walk(top))
     return sorted(found, key=lambda p: p.count("/"), reverse=True)
 
 
@@ -810,7 +809,7 @@ def require_root():
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="lab/cluster.py", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="lab/cluster.py", description=__doc__.split("\n\n", maxsplit=1)[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p_up = sub.add_parser("up", help="start the cluster (idempotent) and wait until the node is Ready")
     p_up.add_argument("--device-plugin", choices=["none", "gpuops"], default="none")
