@@ -1,20 +1,42 @@
 # Copyright (c) gpuops.k8s contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Our device plugin against the lab's real kubelet and API server (H100 profile, mock NVML)."""
+"""Device plugins against the lab's real kubelet and API server (H100 profile, mock NVML):
+ours, and NVIDIA's v0.18.2 as the reference that the same kubelet accepts the same way."""
 
 from __future__ import annotations
 
 import datetime
 import json
+import os
 import re
+import subprocess
 import time
+from pathlib import Path
 
 import pytest
 from dp_harness import H100_UUIDS, Daemon, build_mock
 
 RESOURCE = "nvidia.com/gpu"
 PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
+ROOT = Path(__file__).resolve().parents[2]
+# What each plugin logs once per successful Register call.
+REGISTERED = {"gpuops": "registered ", "nvidia": "Registered device plugin for"}
+
+
+def nvidia_plugin_command():
+    build = subprocess.run(
+        ["bash", str(ROOT / "tests" / "peer" / "build-nvidia-plugin.sh")],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=1800,
+    )
+    if build.returncode == 3:  # no Go toolchain or module here: said on its last stderr line
+        pytest.skip(build.stderr.strip().splitlines()[-1])
+    assert build.returncode == 0, build.stderr
+    binary = os.path.join(build.stdout.strip().splitlines()[-1], "nvidia-device-plugin")
+    return [binary, "--kubelet-socket", os.path.join(PLUGIN_DIR, "kubelet.sock")]
 
 
 def allocatable(lab):
@@ -22,6 +44,8 @@ def allocatable(lab):
 
 
 def allocations(plugin):
+    if plugin.kind != "gpuops":  # NVIDIA's plugin has no metrics of its own
+        return None
     found = re.search(
         r'^gpuops_device_plugin_allocations_total\{resource="nvidia.com/gpu"\} (\S+)$', plugin.metrics(), re.M
     )
@@ -50,8 +74,8 @@ def pod_manifest(name, gpus, command):
     }
 
 
-@pytest.fixture(scope="module")
-def plugin(lab):
+@pytest.fixture(scope="module", params=["gpuops", "nvidia"])
+def plugin(request, lab):
     lib_dir, why = build_mock()
     if lib_dir is None:
         pytest.skip(why)
@@ -60,9 +84,13 @@ def plugin(lab):
     lab_plugin = lab.running("device-plugin")
     if lab_plugin:
         lab.control("stop", "device-plugin")
-    daemon = Daemon(lib_dir, PLUGIN_DIR).start()
+    daemon = Daemon(lib_dir, PLUGIN_DIR)
+    daemon.kind = request.param
+    if daemon.kind == "nvidia":
+        daemon.command = nvidia_plugin_command()
+    daemon.start()
     try:
-        daemon.wait_log("registered", timeout=30)
+        daemon.wait_log(REGISTERED[daemon.kind], timeout=30)
         yield daemon
     finally:
         daemon.cleanup()
@@ -76,6 +104,9 @@ def test_registration_makes_eight_gpus_allocatable(lab, plugin):
     lab.wait("allocatable %s = 8" % RESOURCE, lambda: allocatable(lab) == "8", 30)
     capacity = lab.node_object()["status"]["capacity"]
     assert capacity[RESOURCE] == "8"
+    # The kubelet's own record of what the plugin registered: the profile's 8 UUIDs.
+    checkpoint = json.loads(Path(PLUGIN_DIR, "kubelet_internal_checkpoint").read_text())
+    assert sorted(checkpoint["Data"]["RegisteredDevices"][RESOURCE]) == sorted(H100_UUIDS)
 
 
 def test_pod_with_two_gpus_gets_two_profile_uuids(lab, plugin):
@@ -100,7 +131,8 @@ def test_pod_with_two_gpus_gets_two_profile_uuids(lab, plugin):
         assert len(uuids) == 2 and len(set(uuids)) == 2, logs
         assert set(uuids) <= set(H100_UUIDS), logs
         # The kubelet asked our plugin (not some other source of the variable).
-        assert allocations(plugin) == allocations_before + 1
+        if plugin.kind == "gpuops":
+            assert allocations(plugin) == allocations_before + 1
     finally:
         lab.kubectl("delete", "pod", name, "--ignore-not-found", "--wait=true")
 
@@ -125,7 +157,7 @@ def test_more_gpus_than_the_node_has_stays_pending(lab, plugin):
 
 def test_kubelet_restart_reregisters_and_allocatable_returns(lab, plugin):
     lab.wait("allocatable %s = 8" % RESOURCE, lambda: allocatable(lab) == "8", 30)
-    registrations = plugin.text().count("registered ")
+    registrations = plugin.text().count(REGISTERED[plugin.kind])
     restarted = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
     t0 = time.monotonic()
     lab.control("restart", "kubelet")
@@ -138,5 +170,5 @@ def test_kubelet_restart_reregisters_and_allocatable_returns(lab, plugin):
 
     lab.wait("allocatable 8 reported by the restarted kubelet", eight_from_new_kubelet, 5)
     back_after = time.monotonic() - t0
-    assert plugin.text().count("registered ") > registrations, plugin.text()[-2000:]
-    print("allocatable back to 8 %.2f s after the kubelet restart began" % back_after)
+    assert plugin.text().count(REGISTERED[plugin.kind]) > registrations, plugin.text()[-2000:]
+    print("%s: allocatable back to 8 %.2f s after the kubelet restart began" % (plugin.kind, back_after))
