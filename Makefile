@@ -46,6 +46,9 @@ test-tree:
 	  | tar --null --ignore-failed-read -T - -cf - 2>/dev/null | tar -xf - -C $(TEST_TREE)
 	@# Its own git index: otherwise ansible-test finds this repo's .git, where .build is ignored.
 	@cd $(TEST_TREE) && git init -q && git add -A
+	@# Collection dependencies must sit in the same ansible_collections tree (doc fragments, imports).
+	@mkdir -p $(TEST_TREE)/../../kubernetes && rm -rf $(TEST_TREE)/../../kubernetes/core
+	@cp -a .build/collections/ansible_collections/kubernetes/core $(TEST_TREE)/../../kubernetes/core
 
 .PHONY: sanity
 sanity: venv test-tree  ## ansible-test sanity (no ignore entries)

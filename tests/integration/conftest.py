@@ -16,6 +16,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = ROOT / "lab" / "cluster.py"
+VENV_BIN = Path(sys.executable).parent
+PLAYBOOKS = Path(__file__).resolve().parent / "playbooks"
 
 
 def cluster(*args, timeout=3600):
@@ -59,6 +61,36 @@ class Lab:
                 return value
             time.sleep(0.1)
         raise AssertionError("timed out after %s s waiting for %s" % (timeout, what))
+
+    def playbook(self, name, extra_vars=None, env=None, check=False, diff=False):
+        """Run playbooks/NAME with the real ansible-playbook; return {task name: localhost result}."""
+        command = [str(VENV_BIN / "ansible-playbook"), str(PLAYBOOKS / name)]
+        variables = {"lab_kubeconfig": self.kubeconfig, "lab_node": self.node}
+        variables.update(extra_vars or {})
+        variables["ansible_python_interpreter"] = sys.executable
+        command += ["-e", json.dumps(variables)]
+        command += (["--check"] if check else []) + (["--diff"] if diff else [])
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith(("ANSIBLE_", "MOCK_NVML"))}
+        full_env.update(
+            ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".build" / "collections"),
+            ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
+            ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
+            ANSIBLE_LOCALHOST_WARNING="false",
+            ANSIBLE_INVENTORY_UNPARSED_WARNING="false",
+        )
+        full_env.update(env or {})
+        proc = subprocess.run(command, capture_output=True, text=True, env=full_env, check=False, timeout=600)
+        try:
+            plays = json.loads(proc.stdout)["plays"]
+        except ValueError as exc:
+            raise AssertionError(
+                "no JSON from ansible-playbook (rc %d):\n%s\n%s" % (proc.returncode, proc.stdout, proc.stderr)
+            ) from exc
+        results = {"_rc": proc.returncode}
+        for play in plays:
+            for task in play["tasks"]:
+                results[task["task"]["name"]] = task["hosts"].get("localhost", {})
+        return results
 
     def control(self, action, component):
         """restart, stop or start one of the lab's components."""
