@@ -213,6 +213,13 @@ else:
     KUBERNETES_ERROR = None
 
 CONFLICT_RETRIES = 5
+# From this many Nodes on, list them all (paged) rather than GET each one.
+PREFETCH_FROM = 20
+LIST_PAGE = 500
+
+
+class NodeMissing(Exception):
+    """A requested Node does not exist (and missing_node is fail)."""
 
 
 class NodeLabeler:
@@ -220,11 +227,31 @@ class NodeLabeler:
         self.api = api
         self.check_mode = check_mode
         self.calls = 0
+        self.prefetched = {}
 
     def read(self, name):
+        cached = self.prefetched.pop(name, None)
+        if cached is not None:
+            return cached
         self.calls += 1
         # The raw JSON: cheaper than the client's models, and in the API's own field names.
         return json.loads(self.api.read_node(name, _preload_content=False).data)
+
+    def prefetch(self):
+        """One paged LIST instead of a GET per Node, for fleets (a conflict still re-reads one)."""
+        token = None
+        while True:
+            self.calls += 1
+            kwargs = {"limit": LIST_PAGE, "_preload_content": False}
+            if token:
+                kwargs["_continue"] = token
+            page = json.loads(self.api.list_node(**kwargs).data)
+            for item in page.get("items", []):
+                item.setdefault("apiVersion", "v1")
+                self.prefetched[item["metadata"]["name"]] = item
+            token = page.get("metadata", {}).get("continue")
+            if not token:
+                return
 
     def apply(self, name, labels, taints, state, missing_node):
         for _attempt in range(CONFLICT_RETRIES):
@@ -233,6 +260,8 @@ class NodeLabeler:
             except ApiException as exc:
                 if getattr(exc, "status", None) == 404 and missing_node == "skip":
                     return {"name": name, "changed": False, "skipped": True}
+                if getattr(exc, "status", None) == 404:
+                    raise NodeMissing(name) from exc
                 raise
             result = plan_lib.plan(node, labels, taints, state)
             if not result["patch"] or self.check_mode:
@@ -305,6 +334,41 @@ def requests_from(params):
     return requests
 
 
+def apply_all(module, labeler, requests):
+    """Apply each request in order; fail the module (with what was done so far) on an error."""
+    reports = []
+    diff = {"before": {}, "after": {}}
+    for name, labels, taints in requests:
+        try:
+            report = labeler.apply(
+                name, labels, taints, module.params["state"], module.params["missing_node"]
+            )
+        except NodeMissing:
+            module.fail_json(
+                msg="Node %s does not exist in the cluster (set missing_node=skip to pass over it)" % name,
+                nodes=reports,
+                api_calls=labeler.calls,
+            )
+        except RuntimeError as exc:
+            module.fail_json(msg=str(exc), nodes=reports, api_calls=labeler.calls)
+        except ApiException as exc:
+            module.fail_json(
+                msg="Node %s: the API answered %s %s" % (name, exc.status, exc.reason),
+                body=exc.body,
+                nodes=reports,
+                api_calls=labeler.calls,
+            )
+        before = report.pop("_before", None)
+        if report["changed"]:
+            diff["before"][name] = before
+            diff["after"][name] = {"labels": report["labels"], "taints": report["taints"]}
+        for adopted in report.get("adopted", []):
+            module.warn("Node %s: took over %s, which gpu_node had not set" % (name, adopted))
+        reports.append(report)
+
+    return reports, diff
+
+
 def main():
     argument_spec = dict(
         name=dict(type="str"),
@@ -345,31 +409,15 @@ def main():
     except Exception as exc:  # kubeconfig or in-cluster configuration errors
         module.fail_json(msg="Cannot reach the Kubernetes API: %s" % exc)
     labeler = NodeLabeler(api, module.check_mode)
-
-    reports = []
-    diff = {"before": {}, "after": {}}
-    for name, labels, taints in requests:
+    if len(requests) >= PREFETCH_FROM:
         try:
-            report = labeler.apply(
-                name, labels, taints, module.params["state"], module.params["missing_node"]
-            )
-        except RuntimeError as exc:
-            module.fail_json(msg=str(exc), nodes=reports, api_calls=labeler.calls)
+            labeler.prefetch()
         except ApiException as exc:
             module.fail_json(
-                msg="Node %s: the API answered %s %s" % (name, exc.status, exc.reason),
-                body=exc.body,
-                nodes=reports,
-                api_calls=labeler.calls,
+                msg="Listing Nodes: the API answered %s %s" % (exc.status, exc.reason), body=exc.body
             )
-        before = report.pop("_before", None)
-        if report["changed"]:
-            diff["before"][name] = before
-            diff["after"][name] = {"labels": report["labels"], "taints": report["taints"]}
-        for adopted in report.get("adopted", []):
-            module.warn("Node %s: took over %s, which gpu_node had not set" % (name, adopted))
-        reports.append(report)
 
+    reports, diff = apply_all(module, labeler, requests)
     changed = any(r["changed"] for r in reports)
     result = dict(changed=changed, nodes=reports, api_calls=labeler.calls)
     if module._diff and changed:

@@ -89,7 +89,8 @@ class Lab:
         results = {"_rc": proc.returncode}
         for play in plays:
             for task in play["tasks"]:
-                results[task["task"]["name"]] = task["hosts"].get("localhost", {})
+                # Role tasks come as "ROLE : NAME"; key them by NAME.
+                results[task["task"]["name"].rpartition(" : ")[2]] = task["hosts"].get("localhost", {})
         return results
 
     def control(self, action, component):

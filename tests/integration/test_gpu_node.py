@@ -114,3 +114,43 @@ def test_bad_label_fails_clearly_and_changes_nothing(node, mock_lib):
     assert results["_rc"] != 0
     assert "reserved prefix 'kubernetes.io'" in results[TASK]["msg"]
     assert node.node_object()["metadata"]["resourceVersion"] == before["resourceVersion"]
+
+
+@pytest.mark.parametrize("batch", [True, False])
+def test_role_labels_then_converges_then_removes(lab, mock_lib, batch):
+    env = {"LD_LIBRARY_PATH": mock_lib, "MOCK_NVML_CONFIG": str(PROFILES / "h100-8x-nvswitch.yaml")}
+    task = (
+        "Apply the labels and taints of every host in the play"
+        if batch
+        else "Apply this host's labels and taints"
+    )
+    try:
+        first = lab.playbook("gpu_node_labels.yml", {"gpu_node_labels_batch": batch}, env=env)
+        assert first["_rc"] == 0, first
+        assert first[task]["changed"] is True
+        labels = lab.node_object()["metadata"]["labels"]
+        assert labels["nvidia.com/gpu.count"] == "8" and labels["example.com/pool"] == "training"
+        second = lab.playbook("gpu_node_labels.yml", {"gpu_node_labels_batch": batch}, env=env)
+        assert second["_rc"] == 0 and second[task]["changed"] is False
+    finally:
+        gone = lab.playbook(
+            "gpu_node_labels.yml", {"gpu_node_labels_batch": batch, "gpu_node_labels_state": "absent"}
+        )
+        assert gone["_rc"] == 0, gone
+    labels = lab.node_object()["metadata"]["labels"]
+    assert "example.com/pool" not in labels and "nvidia.com/gpu.count" not in labels
+    assert not [t for t in lab.node_object()["spec"].get("taints", []) if t["key"] == "nvidia.com/gpu"]
+
+
+def test_missing_node_fails_clearly_or_is_skipped(lab, mock_lib):
+    env = {"LD_LIBRARY_PATH": mock_lib, "MOCK_NVML_CONFIG": str(PROFILES / "t4-1x.yaml")}
+    failed = lab.playbook("gpu_node.yml", {"lab_node": "gpu-that-never-joined"}, env=env)
+    assert failed["_rc"] != 0
+    assert failed[TASK]["msg"] == (
+        "Node gpu-that-never-joined does not exist in the cluster (set missing_node=skip to pass over it)"
+    )
+    skipped = lab.playbook(
+        "gpu_node.yml", {"lab_node": "gpu-that-never-joined", "gpu_node_missing": "skip"}, env=env
+    )
+    assert skipped["_rc"] == 0 and skipped[TASK]["changed"] is False
+    assert skipped[TASK]["nodes"] == [{"name": "gpu-that-never-joined", "changed": False, "skipped": True}]
