@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from dp_harness import build_mock
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = ROOT / "lab" / "cluster.py"
@@ -93,6 +94,15 @@ class Lab:
                 results[task["task"]["name"].rpartition(" : ")[2]] = task["hosts"].get("localhost", {})
         return results
 
+    def taints(self):
+        return self.node_object()["spec"].get("taints", [])
+
+    def set_taints(self, taints):
+        """Replace the node's taints (a merge patch replaces the list whole)."""
+        self.kubectl(
+            "patch", "node", self.node, "--type=merge", "-p", json.dumps({"spec": {"taints": taints or None}})
+        )
+
     def control(self, action, component):
         """restart, stop or start one of the lab's components."""
         proc = cluster(action, component, timeout=120)
@@ -117,3 +127,12 @@ def lab():
     if not was_up:
         proc = cluster("down", timeout=300)
         assert proc.returncode == 0, "lab/cluster.py down failed:\n%s" % proc.stderr[-6000:]
+
+
+@pytest.fixture(scope="session")
+def mock_lib():
+    """The mock NVML library's directory (tests/mocknvml/build.sh)."""
+    lib_dir, why = build_mock()
+    if lib_dir is None:
+        pytest.skip(why)
+    return lib_dir

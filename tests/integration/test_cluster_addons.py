@@ -29,15 +29,8 @@ def test_addons_exist_converge_and_go(lab):
     variables = {"cluster_addons_gpu_quotas": [{"namespace": QUOTA_NS, "gpus": 4}]}
     # The lab node as a GPU node: the label and taint gpu_node_labels would set.
     lab.kubectl("label", "node", lab.node, "nvidia.com/gpu.present=true", "--overwrite")
-    taints = lab.node_object()["spec"].get("taints", [])
-    lab.kubectl(
-        "patch",
-        "node",
-        lab.node,
-        "--type=merge",
-        "-p",
-        json.dumps({"spec": {"taints": [*taints, GPU_TAINT]}}),
-    )
+    taints = lab.taints()
+    lab.set_taints([*taints, GPU_TAINT])
     try:
         first = lab.playbook("cluster_addons.yml", variables)
         assert first["_rc"] == 0, first
@@ -91,9 +84,7 @@ def test_addons_exist_converge_and_go(lab):
         gone = lab.playbook("cluster_addons.yml", dict(variables, cluster_addons_state="absent"))
         lab.kubectl("delete", "namespace", QUOTA_NS, "--wait=true", check=False)
         lab.kubectl("label", "node", lab.node, "nvidia.com/gpu.present-")
-        lab.kubectl(
-            "patch", "node", lab.node, "--type=merge", "-p", json.dumps({"spec": {"taints": taints or None}})
-        )
+        lab.set_taints(taints)
     assert gone["_rc"] == 0, gone
     assert lab.kubectl("get", "runtimeclass", "nvidia", check=False).returncode != 0
     assert lab.kubectl("get", "priorityclass", "gpu-workload", check=False).returncode != 0

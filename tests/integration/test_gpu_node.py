@@ -5,42 +5,23 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from dp_harness import PROFILES, build_mock
+from dp_harness import PROFILES
 
 TASK = "Own the node's GPU labels and taint"
 FOREIGN_TAINT = {"key": "dedicated", "value": "ml", "effect": "PreferNoSchedule"}
 
 
-@pytest.fixture(scope="module")
-def mock_lib():
-    lib_dir, why = build_mock()
-    if lib_dir is None:
-        pytest.skip(why)
-    return lib_dir
-
-
 @pytest.fixture
 def node(lab):
     """The lab node with one foreign label and one foreign taint; both must survive."""
-    taints = lab.node_object()["spec"].get("taints", [])
+    taints = lab.taints()
     lab.kubectl("label", "node", lab.node, "team=ml", "--overwrite")
-    lab.kubectl(
-        "patch",
-        "node",
-        lab.node,
-        "--type=merge",
-        "-p",
-        json.dumps({"spec": {"taints": [*taints, FOREIGN_TAINT]}}),
-    )
+    lab.set_taints([*taints, FOREIGN_TAINT])
     yield lab
     lab.playbook("gpu_node.yml", {"gpu_node_state": "absent"})
     lab.kubectl("label", "node", lab.node, "team-")
-    lab.kubectl(
-        "patch", "node", lab.node, "--type=merge", "-p", json.dumps({"spec": {"taints": taints or None}})
-    )
+    lab.set_taints(taints)
 
 
 def run(lab, mock_lib, profile, **kwargs):

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from dp_harness import H100_UUIDS, Daemon, build_mock
+from dp_harness import H100_UUIDS, Daemon
 
 RESOURCE = "nvidia.com/gpu"
 PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
@@ -75,16 +75,13 @@ def pod_manifest(name, gpus, command):
 
 
 @pytest.fixture(scope="module", params=["gpuops", "nvidia"])
-def plugin(request, lab):
-    lib_dir, why = build_mock()
-    if lib_dir is None:
-        pytest.skip(why)
+def plugin(request, lab, mock_lib):
     # A lab brought up with `--device-plugin gpuops` runs one already: this test's own
     # daemon (its log and metrics in reach) takes its place for the module.
     lab_plugin = lab.running("device-plugin")
     if lab_plugin:
         lab.control("stop", "device-plugin")
-    daemon = Daemon(lib_dir, PLUGIN_DIR)
+    daemon = Daemon(mock_lib, PLUGIN_DIR)
     daemon.kind = request.param
     if daemon.kind == "nvidia":
         daemon.command = nvidia_plugin_command()
@@ -168,7 +165,11 @@ def test_kubelet_restart_reregisters_and_allocatable_returns(lab, plugin):
         beat = datetime.datetime.fromisoformat(ready["lastHeartbeatTime"].replace("Z", "+00:00"))
         return beat >= restarted and node["status"]["allocatable"].get(RESOURCE) == "8"
 
-    lab.wait("allocatable 8 reported by the restarted kubelet", eight_from_new_kubelet, 5)
+    # Ours registers within milliseconds of the new kubelet.sock, before the kubelet's first
+    # status update; NVIDIA's restarts its gRPC servers first and can miss that update, and
+    # then waits for the next one (nodeStatusUpdateFrequency, 10 s).
+    bound = 5 if plugin.kind == "gpuops" else 15
+    lab.wait("allocatable 8 reported by the restarted kubelet", eight_from_new_kubelet, bound)
     back_after = time.monotonic() - t0
     assert plugin.text().count(REGISTERED[plugin.kind]) > registrations, plugin.text()[-2000:]
     print("%s: allocatable back to 8 %.2f s after the kubelet restart began" % (plugin.kind, back_after))

@@ -8,17 +8,9 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 import pytest
-from dp_harness import H100_UUIDS, PROFILES, Daemon, build_mock
+from dp_harness import H100_UUIDS, PROFILES, Daemon
 
 PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
-
-
-@pytest.fixture(scope="module")
-def mock_lib():
-    lib_dir, why = build_mock()
-    if lib_dir is None:
-        pytest.skip(why)
-    return lib_dir
 
 
 @pytest.fixture(scope="module")
