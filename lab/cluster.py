@@ -64,6 +64,7 @@ TOOLS_IMAGE = "localhost/gpuops-lab/tools:1"
 PKI = STATE_DIR / "pki"
 ADMIN_KUBECONFIG = STATE_DIR / "admin.kubeconfig"
 LOGS = STATE_DIR / "logs"
+ANSIBLE_VARS = STATE_DIR / "ansible-vars.json"
 CGROUP_V1 = Path("/sys/fs/cgroup")
 
 
@@ -598,8 +599,8 @@ def up(args):
         60,
         "kube-controller-manager",
     )
-    if args.device_plugin == "gpuops":
-        start_device_plugin(args.profile)
+    node_env = start_device_plugin(args.profile) if args.device_plugin == "gpuops" else {}
+    write_ansible_vars(node_env)
     log("up in %.1f s; export KUBECONFIG=%s" % (time.monotonic() - t0, ADMIN_KUBECONFIG))
     print(kubectl(bins, "get", "nodes", "-o", "wide").stdout, end="")
 
@@ -628,6 +629,17 @@ def start_device_plugin(profile):
             "MOCK_NVML_CONFIG": str(profile_path),
             "MOCK_NVML_CONTROL_DIR": str(control),
         },
+    )
+    # What a play on the lab node needs to see the same mock GPUs (inventories/lab).
+    return {"LD_LIBRARY_PATH": lib_dir, "MOCK_NVML_CONFIG": str(profile_path)}
+
+
+def write_ansible_vars(node_env):
+    """Variables inventories/lab reads: the kubeconfig and the node's NVML environment."""
+    ANSIBLE_VARS.write_text(
+        json.dumps(
+            {"kubeconfig": str(ADMIN_KUBECONFIG), "node": NODE_NAME, "node_environment": node_env}, indent=2
+        )
     )
 
 
@@ -716,6 +728,7 @@ def down(args):
     if run(["ip", "link", "show", BRIDGE], check=False).returncode == 0:
         run(["ip", "link", "del", BRIDGE])
     shutil.rmtree(RUN_DIR, ignore_errors=True)
+    ANSIBLE_VARS.unlink(missing_ok=True)
     if args.purge:
         shutil.rmtree(STATE_DIR, ignore_errors=True)
         shutil.rmtree(KUBELET_ROOT, ignore_errors=True)

@@ -120,7 +120,9 @@ def lab():
         pytest.skip("the lab cluster runs a kubelet and containerd: integration tests need root")
     was_up = cluster("status", timeout=60).returncode == 0
     if not was_up:
-        proc = cluster("up")
+        # With our device plugin on the H100 profile, as `make lab-up` runs it; tests that
+        # run a plugin of their own stop this one for their module.
+        proc = cluster("up", "--device-plugin", "gpuops")
         assert proc.returncode == 0, "lab/cluster.py up failed:\n%s" % proc.stderr[-6000:]
     exports = dict(line.removeprefix("export ").split("=", 1) for line in cluster("env").stdout.splitlines())
     yield Lab(exports)
