@@ -47,7 +47,10 @@ def test_validate_playbook_passes_on_the_lab_node(lab, tmp_path):
         timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    tasks = {t["task"]["name"]: t["hosts"] for t in json.loads(proc.stdout)["plays"][0]["tasks"]}
+    tasks = {
+        t["task"]["name"].rpartition(" : ")[2]: t["hosts"]
+        for t in json.loads(proc.stdout)["plays"][0]["tasks"]
+    }
     result = tasks["Record this node's result"]["gpuops-lab"]["ansible_facts"]["gpu_validation_result"]
     assert result["passed"] and result["gpus"] == 8 and result["allocatable"] == 8, result
     assert "PASS" in "\n".join(tasks["Per-node summary"]["gpuops-lab"]["msg"])
