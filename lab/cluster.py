@@ -386,7 +386,8 @@ def write_configs():
             indent=2,
         )
     )
-    (STATE_DIR / "containerd.toml").write_text(
+    containerd_toml = STATE_DIR / "containerd.toml"
+    containerd_toml.write_text(
         "\n".join(
             [
                 "# The lab's own containerd: its own socket, root and state; CRI for the kubelet.",
@@ -413,6 +414,7 @@ def write_configs():
             ]
         )
     )
+    declare_nvidia_runtime(containerd_toml)
     kubelet_config = {
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
         "kind": "KubeletConfiguration",
@@ -457,6 +459,24 @@ def write_configs():
     )
     write_kubeconfig(STATE_DIR / "scheduler.kubeconfig", "system:kube-scheduler", "scheduler")
     write_kubeconfig(STATE_DIR / "kubelet.kubeconfig", "system:node:%s" % NODE_NAME, "kubelet-client")
+
+
+def declare_nvidia_runtime(path):
+    """Declare the nvidia runtime as the container_runtime role would (nvidia_runtime's own
+    code, defaults), so the doctor and RuntimeClass nvidia see a configured node. The lab has
+    no NVIDIA Container Toolkit: a pod that selects this handler fails to start."""
+    sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
+    import _runtime_config  # noqa: PLC0415 - the collection's module_utils, found at run time
+
+    spec = {
+        "state": "present",
+        "runtime_name": "nvidia",
+        "runtime_path": "/usr/bin/nvidia-container-runtime",
+        "set_as_default": None,
+        "enable_cdi": None,
+    }
+    text = _runtime_config.containerd_in_place(path.read_text(), spec, str(path))[0]
+    path.write_text(text)
 
 
 def ensure_bridge():
@@ -631,7 +651,11 @@ def start_device_plugin(profile):
         },
     )
     # What a play on the lab node needs to see the same mock GPUs (inventories/lab).
-    return {"LD_LIBRARY_PATH": lib_dir, "MOCK_NVML_CONFIG": str(profile_path)}
+    return {
+        "LD_LIBRARY_PATH": lib_dir,
+        "MOCK_NVML_CONFIG": str(profile_path),
+        "MOCK_NVML_CONTROL_DIR": str(control),
+    }
 
 
 def write_ansible_vars(node_env):
