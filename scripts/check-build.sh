@@ -15,8 +15,12 @@ tarball=$(ls "$dist"/gpuops-k8s-*.tar.gz)
 export ANSIBLE_COLLECTIONS_PATH=$clean
 # --no-deps: Galaxy (where kubernetes.core comes from) is unreachable here.
 "$bin/ansible-galaxy" collection install "$tarball" -p "$clean" --no-deps
+# ... so its declared dependency comes from the same place make venv took it (the ansible
+# wheel), next to it, as Galaxy would install it.
+mkdir -p "$clean/ansible_collections/kubernetes"
+cp -a "$repo/.build/collections/ansible_collections/kubernetes/core" "$clean/ansible_collections/kubernetes/core"
 installed=$clean/ansible_collections/gpuops/k8s
-for dev_only in .venv .build .cache bench scripts requirements Makefile; do
+for dev_only in .venv .build .cache bench scripts requirements Makefile lab inventories; do
   if [ -e "$installed/$dev_only" ]; then echo "check-build: $dev_only leaked into the tarball" >&2; exit 1; fi
 done
 modules=$("$bin/ansible-doc" -t module -l gpuops.k8s | awk '{print $1}')
