@@ -350,6 +350,11 @@ def kubectl(bins, *args, check=True):
     return run([str(bins["kubectl"]), "--kubeconfig", str(ADMIN_KUBECONFIG), *args], check=check)
 
 
+def gpu_allocatable(bins):
+    out = kubectl(bins, "get", "node", NODE_NAME, "-o", "jsonpath={.status.allocatable.nvidia\\.com/gpu}")
+    return int(out.stdout or 0)
+
+
 def node_ready(bins):
     out = kubectl(bins, "get", "node", NODE_NAME, "-o", "json", check=False)
     if out.returncode != 0:
@@ -621,6 +626,14 @@ def up(args):
     )
     node_env = start_device_plugin(args.profile) if args.device_plugin == "gpuops" else {}
     write_ansible_vars(node_env)
+    if node_env:
+        # The kubelet posts the plugin's devices with its next status update (up to 10 s).
+        wait_for(
+            "nvidia.com/gpu allocatable on %s" % NODE_NAME,
+            lambda: gpu_allocatable(bins) > 0,
+            60,
+            "device-plugin",
+        )
     log("up in %.1f s; export KUBECONFIG=%s" % (time.monotonic() - t0, ADMIN_KUBECONFIG))
     print(kubectl(bins, "get", "nodes", "-o", "wide").stdout, end="")
 
