@@ -31,9 +31,15 @@ test: venv  ## Run every gate and test suite (what CI runs)
 	@bash scripts/run-gates.sh lint ansible-lint sanity units pytest integration build molecule
 
 .PHONY: lint
-lint: venv  ## ruff lint and format check
+lint: venv  ## ruff lint and format check; docs/variables.md up to date with the roles' specs
 	ruff check .
 	ruff format --check .
+	@# Exit 1 with a diff and "run make docs" when stale; 2 when a role's specs and defaults disagree.
+	python scripts/gen-role-docs.py --check
+
+.PHONY: docs
+docs: venv  ## Regenerate docs/variables.md from roles/*/meta/argument_specs.yml
+	python scripts/gen-role-docs.py
 
 .PHONY: ansible-lint
 ansible-lint: venv  ## ansible-lint, profile production
