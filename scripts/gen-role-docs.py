@@ -112,6 +112,12 @@ def check_role(role: str, entry_points: dict, defaults: dict) -> list[str]:
                     )
                 continue
             value = defaults[name]
+            if option.get("required", False) and spec_default is _NO_DEFAULT:
+                problems.append(
+                    f"{where}: required in the spec, yet {DEFAULTS} sets it (value {_show(value)}),"
+                    " which satisfies the requirement: drop one of the two"
+                )
+                continue
             # No default in the spec means None to Ansible; defaults/main.yml may say null.
             expected = None if spec_default is _NO_DEFAULT else spec_default
             if not _same(expected, value):

@@ -200,3 +200,20 @@ def test_role_without_specs_is_reported_with_its_defaults(tmp_path):
     assert result.returncode == 2
     assert "role bare: no meta/argument_specs.yml" in result.stderr
     assert "role bare, variable bare_timeout: in defaults/main.yml (value 5)" in result.stderr
+
+
+def test_required_option_set_in_defaults_is_reported(tmp_path):
+    roles, role = _copy_role(tmp_path, "container_runtime")
+
+    def change(specs):
+        option = specs["argument_specs"]["main"]["options"]["container_runtime_engine"]
+        del option["default"]
+        option["required"] = True
+
+    _edit_yaml(role / "meta" / "argument_specs.yml", change)
+    result = _generate(roles, tmp_path / "variables.md")
+    assert result.returncode == 2
+    assert (
+        "role container_runtime, entry point main, variable container_runtime_engine: required in the spec,"
+        " yet defaults/main.yml sets it (value containerd)"
+    ) in result.stderr
