@@ -176,80 +176,15 @@ import tempfile
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 from ansible_collections.gpuops.k8s.plugins.module_utils import _runtime_config as rc
-
-DEFAULT_PATHS = {
-    "containerd": "/etc/containerd/config.toml",
-    "docker": "/etc/docker/daemon.json",
-    "crio": "/etc/crio/crio.conf",
-}
-DEFAULT_DROP_INS = {
-    "containerd": "/etc/containerd/conf.d/99-nvidia.toml",
-    "crio": "/etc/crio/crio.conf.d/99-nvidia.conf",
-}
-
-
-def read(path):
-    """A file's text, or "" when it does not exist yet."""
-    try:
-        with open(path) as handle:
-            return handle.read()
-    except FileNotFoundError:
-        return ""
-
-
-def plan(params):
-    """Compute {path: new text or None (remove)} for every file involved, plus metadata."""
-    runtime, mode = params["runtime"], params["config_mode"]
-    path = params["path"] or DEFAULT_PATHS[runtime]
-    drop_in = params["drop_in_path"] or DEFAULT_DROP_INS.get(runtime)
-    spec = {
-        key: params[key] for key in ("state", "runtime_name", "runtime_path", "set_as_default", "enable_cdi")
-    }
-    rc.validate_spec(spec, {"path": path, "drop_in_path": drop_in, "runtime_path": spec["runtime_path"]})
-    result = {"files": {}, "before": {}}
-    if runtime == "docker":
-        if mode == "drop_in":
-            raise rc.UnsupportedOption("config_mode=drop_in: Docker reads a single daemon.json")
-        text = read(path)
-        result["files"][path] = rc.docker_edit(text, spec, path)[0]
-        result["before"][path] = text
-    elif runtime == "crio":
-        target = drop_in if mode == "drop_in" else path
-        text = read(target)
-        result["files"][target] = rc.crio_edit(text, spec, target)[0]
-        result["before"][target] = text
-    elif mode == "drop_in":
-        main_text, drop_text = read(path), read(drop_in)
-        new_main, new_drop, _before, _after, version = rc.containerd_drop_in(
-            main_text,
-            drop_text,
-            spec,
-            main_source=path,
-            drop_in_source=drop_in,
-            drop_in_path=drop_in,
-            default_version=params["config_version"],
-        )
-        result["files"] = {path: new_main, drop_in: new_drop}
-        result["before"] = {path: main_text, drop_in: drop_text}
-        result["config_version"] = version
-    else:
-        text = read(path)
-        new_text, _before, _after, version = rc.containerd_in_place(
-            text, spec, path, params["config_version"]
-        )
-        result["files"][path] = new_text
-        result["before"][path] = text
-        result["config_version"] = version
-    return result
-
-
-def effective(runtime, path, text):
-    """The data a runtime reads from text: what decides whether a restart is needed."""
-    if not text:
-        return None
-    if runtime == "docker":
-        return rc.parse_json(text, path)
-    return rc.parse_toml(text, path).unwrap()
+from ansible_collections.gpuops.k8s.plugins.module_utils._runtime_plan import (
+    DEFAULT_DROP_INS,
+    DEFAULT_PATHS,
+    SPEC_KEYS,
+    changes,
+    default_config_mode,
+    plan,
+    read,
+)
 
 
 def write(module, path, text):
@@ -271,9 +206,7 @@ def predict(module, params):
     runtime, path = params["runtime"], params["path"] or DEFAULT_PATHS[params["runtime"]]
     if params["config_mode"] == "drop_in" and runtime == "containerd":
         path = params["drop_in_path"] or DEFAULT_DROP_INS[runtime]
-    spec = {
-        key: params[key] for key in ("state", "runtime_name", "runtime_path", "set_as_default", "enable_cdi")
-    }
+    spec = {key: params[key] for key in SPEC_KEYS}
     try:
         rc.validate_spec(spec, {"path": path, "runtime_path": spec["runtime_path"]})
         changed, version = rc.predict_without_tomlkit(
@@ -300,7 +233,7 @@ def predict(module, params):
 def run(module):
     params = module.params
     if params["config_mode"] is None:
-        params["config_mode"] = "drop_in" if params["runtime"] == "crio" else "in_place"
+        params["config_mode"] = default_config_mode(params["runtime"])
     if params["runtime"] != "docker" and not rc.HAS_TOMLKIT:
         if not module.check_mode:
             module.fail_json(msg=missing_required_lib("tomlkit"), exception=rc.TOMLKIT_IMPORT_ERROR)
@@ -314,13 +247,7 @@ def run(module):
     if failure is not None:
         module.fail_json(msg=failure, changed=False, restart_required=False)
 
-    changed = {
-        p: t for p, t in planned["files"].items() if t != planned["before"][p] and (t or planned["before"][p])
-    }
-    restart = any(
-        effective(params["runtime"], p, planned["before"][p]) != effective(params["runtime"], p, t or "")
-        for p, t in changed.items()
-    )
+    changed, restart = changes(params["runtime"], planned)
     result = {
         "changed": bool(changed),
         "restart_required": restart,
