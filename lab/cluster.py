@@ -9,6 +9,7 @@ processes (there is no systemd here) and stopped by PID.
     python lab/cluster.py status
     python lab/cluster.py down [--purge]
     python lab/cluster.py env        # KUBECONFIG=... and friends, for `eval`
+    python lab/cluster.py profile PROFILE   # the mock GPUs' "driver" changes (lab upgrades)
 
 Everything it writes lives under STATE_DIR, RUN_DIR and the kubelet's root dir, plus
 one bridge (BRIDGE) that carries the node IP and the pod network. `down` stops what
@@ -638,10 +639,14 @@ def up(args):
     print(kubectl(bins, "get", "nodes", "-o", "wide").stdout, end="")
 
 
+def resolve_profile(profile):
+    return Path(profile) if os.path.isabs(profile) else ROOT / "tests" / "profiles" / profile
+
+
 def start_device_plugin(profile):
     """Our daemon over the mock NVML library, as the lab's node would run it."""
     lib_dir = script_output(ROOT / "tests" / "mocknvml" / "build.sh")[-1]
-    profile_path = Path(profile) if os.path.isabs(profile) else ROOT / "tests" / "profiles" / profile
+    profile_path = resolve_profile(profile)
     control = RUN_DIR / "mocknvml-control"
     control.mkdir(parents=True, exist_ok=True)
     start(
@@ -845,6 +850,23 @@ def restart(args):
     return 0
 
 
+def set_profile(args):
+    """Point the node's mock NVML at another profile, as a driver change would: the device
+    plugin restarts with it and plays on the node see it (ansible-vars.json)."""
+    require_root()
+    spec = saved_spec("device-plugin")
+    profile_path = resolve_profile(args.profile)
+    if not profile_path.is_file():
+        raise LabError("no mock NVML profile at %s" % profile_path)
+    spec["env"]["MOCK_NVML_CONFIG"] = str(profile_path)
+    stop("device-plugin")
+    start("device-plugin", spec["argv"], spec["env"])
+    node_env = json.loads(ANSIBLE_VARS.read_text())["node_environment"]
+    node_env["MOCK_NVML_CONFIG"] = str(profile_path)
+    write_ansible_vars(node_env)
+    return 0
+
+
 def env(_args):
     kube_bin = script_output(LAB / "kube" / "build.sh")[-1]
     print("export KUBECONFIG=%s" % ADMIN_KUBECONFIG)
@@ -877,6 +899,9 @@ def main(argv=None):
         p_one = sub.add_parser(action, help="%s one component as `up` started it" % what)
         p_one.add_argument("component", choices=COMPONENTS)
         p_one.set_defaults(func=restart, action=action)
+    p_profile = sub.add_parser("profile", help="restart the device plugin over another mock NVML profile")
+    p_profile.add_argument("profile", help="a file in tests/profiles, or an absolute path")
+    p_profile.set_defaults(func=set_profile)
     sub.add_parser("env", help="shell exports for kubectl against the lab").set_defaults(func=env)
     args = parser.parse_args(argv)
     try:

@@ -94,6 +94,28 @@ class Lab:
                 results[task["task"]["name"].rpartition(" : ")[2]] = task["hosts"].get("localhost", {})
         return results
 
+    def inventory_playbook(self, playbook, extra_vars=None, json_output=False, args=()):
+        """ansible-playbook -i inventories/lab PLAYBOOK (a path from the repository root), as a
+        user runs it; the CompletedProcess, its stdout JSON with json_output."""
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("ANSIBLE_", "MOCK_NVML", "LD_LIBRARY_PATH"))
+        }
+        if json_output:
+            env.update(ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="ansible.posix.json")
+        variables = dict(extra_vars or {}, ansible_python_interpreter=sys.executable)
+        command = [str(VENV_BIN / "ansible-playbook"), "-i", "inventories/lab", str(playbook)]
+        return subprocess.run(
+            [*command, "-e", json.dumps(variables), *args],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=900,
+        )
+
     def taints(self):
         return self.node_object()["spec"].get("taints", [])
 

@@ -7,45 +7,18 @@ at a time, each found with its own message."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-VENV_BIN = Path(sys.executable).parent
 CONTAINERD_TOML = Path("/var/lib/gpuops-lab/containerd.toml")
 MOCK_CONTROL = Path("/run/gpuops-lab/mocknvml-control")
 
 
-def lab_playbook(playbook, extra=None):
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith(("ANSIBLE_", "MOCK_NVML", "LD_LIBRARY_PATH"))
-    }
-    variables = dict(extra or {}, ansible_python_interpreter=sys.executable)
-    return subprocess.run(
-        [
-            str(VENV_BIN / "ansible-playbook"),
-            "-i",
-            "inventories/lab",
-            str(playbook),
-            "-e",
-            json.dumps(variables),
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=600,
-    )
-
-
-def doctor(tmp_path, extra=None):
+def doctor(lab, tmp_path, extra=None):
     report = tmp_path / "findings.json"
-    proc = lab_playbook("playbooks/doctor.yml", dict(extra or {}, gpu_doctor_json_path=str(report)))
+    proc = lab.inventory_playbook("playbooks/doctor.yml", dict(extra or {}, gpu_doctor_json_path=str(report)))
     assert report.exists(), proc.stdout[-3000:] + proc.stderr[-2000:]
     return proc, json.loads(report.read_text())["gpuops-lab"]
 
@@ -59,21 +32,21 @@ def healthy_lab(lab):
     if not lab.running("device-plugin"):
         lab.control("start", "device-plugin")
     baseline = ROOT / "tests" / "integration" / "playbooks" / "lab_baseline.yml"
-    proc = lab_playbook(baseline)
+    proc = lab.inventory_playbook(baseline)
     assert proc.returncode == 0, proc.stdout[-3000:]
     yield lab
-    lab_playbook(baseline, {"baseline_state": "absent"})
+    lab.inventory_playbook(baseline, {"baseline_state": "absent"})
 
 
 def test_healthy_node_has_no_findings(healthy_lab, tmp_path):
-    proc, findings = doctor(tmp_path)
+    proc, findings = doctor(healthy_lab, tmp_path)
     assert proc.returncode == 0 and findings == [], findings
 
 
 def test_plugin_stopped(healthy_lab, tmp_path):
     healthy_lab.control("stop", "device-plugin")
     try:
-        proc, findings = doctor(tmp_path)
+        proc, findings = doctor(healthy_lab, tmp_path)
     finally:
         healthy_lab.control("start", "device-plugin")
     assert proc.returncode != 0
@@ -87,7 +60,7 @@ def test_nvidia_runtime_removed_from_the_config(healthy_lab, tmp_path):
     assert "runtimes.nvidia" not in kept
     CONTAINERD_TOML.write_text(kept)
     try:
-        _proc, findings = doctor(tmp_path)
+        _proc, findings = doctor(healthy_lab, tmp_path)
     finally:
         CONTAINERD_TOML.write_text(original)
     assert (
@@ -100,7 +73,7 @@ def test_gpu_lost(healthy_lab, tmp_path):
     lost = MOCK_CONTROL / "lost-3"
     lost.write_text("")
     try:
-        _proc, findings = doctor(tmp_path)
+        _proc, findings = doctor(healthy_lab, tmp_path)
     finally:
         lost.unlink()
     assert checks(findings)["nvml"].startswith("GPU 3 is lost")
@@ -109,5 +82,6 @@ def test_gpu_lost(healthy_lab, tmp_path):
 def test_driver_library_missing(healthy_lab, tmp_path):
     empty = tmp_path / "no-driver"
     empty.mkdir()
-    _proc, findings = doctor(tmp_path, {"gpuops_node_environment": {"LD_LIBRARY_PATH": str(empty)}})
+    no_library = {"gpuops_node_environment": {"LD_LIBRARY_PATH": str(empty)}}
+    _proc, findings = doctor(healthy_lab, tmp_path, no_library)
     assert checks(findings)["nvml"].startswith("the driver library libnvidia-ml.so.1 is missing")

@@ -6,13 +6,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
-VENV_BIN = Path(sys.executable).parent
 
 
 def test_validate_playbook_passes_on_the_lab_node(lab, tmp_path):
@@ -24,27 +17,8 @@ def test_validate_playbook_passes_on_the_lab_node(lab, tmp_path):
         30,
     )
     junit = tmp_path / "report.xml"
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith(("ANSIBLE_", "MOCK_NVML", "LD_LIBRARY_PATH"))
-    }
-    env.update(ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="ansible.posix.json")
-    proc = subprocess.run(
-        [
-            str(VENV_BIN / "ansible-playbook"),
-            "-i",
-            "inventories/lab",
-            "playbooks/validate.yml",
-            "-e",
-            json.dumps(
-                {"gpu_validation_junit_path": str(junit), "ansible_python_interpreter": sys.executable}
-            ),
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=600,
+    proc = lab.inventory_playbook(
+        "playbooks/validate.yml", {"gpu_validation_junit_path": str(junit)}, json_output=True
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     tasks = {

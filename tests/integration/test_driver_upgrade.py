@@ -1,0 +1,225 @@
+# Copyright (c) gpuops.k8s contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""playbooks/upgrade_driver.yml on the lab node: the lab's "driver" is a real Debian
+package (lab/driver/build-repo.sh) installing the mock GPUs' profile, served by apt from a
+local repository this module builds. A job that does not finish stops the upgrade after the
+cordon; the label keeps the failed step and the next run resumes there."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+OLD, NEW = "550.163.01", "560.35.03"
+REPO = Path("/var/lib/gpuops-lab/driver-repo")
+SOURCE = Path("/etc/apt/sources.list.d/gpuops-lab-driver.list")
+STATE = "nvidia.com/gpu-driver-upgrade-state"
+FAILURE = "gpuops.k8s/driver-upgrade-failure"
+DEFAULT_PROFILE = "h100-8x-nvswitch.yaml"
+
+GPU_APP = {
+    "apiVersion": "apps/v1",
+    "kind": "Deployment",
+    "metadata": {"name": "upgrade-gpu-app", "namespace": "default"},
+    "spec": {
+        "replicas": 1,
+        "selector": {"matchLabels": {"app": "upgrade-gpu-app"}},
+        "template": {
+            "metadata": {"labels": {"app": "upgrade-gpu-app"}},
+            "spec": {
+                "terminationGracePeriodSeconds": 1,
+                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                "containers": [
+                    {
+                        "name": "app",
+                        "image": "localhost/gpuops-lab/tools:1",
+                        "imagePullPolicy": "Never",
+                        "command": ["sleep", "3600"],
+                        "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                    }
+                ],
+            },
+        },
+    },
+}
+
+
+def job_pod(node):
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "upgrade-long-job",
+            "namespace": "default",
+            "labels": {"gpuops-test/job": "true"},
+        },
+        "spec": {
+            "nodeName": node,
+            "terminationGracePeriodSeconds": 1,
+            "restartPolicy": "Never",
+            "containers": [
+                {
+                    "name": "job",
+                    "image": "localhost/gpuops-lab/tools:1",
+                    "imagePullPolicy": "Never",
+                    "command": ["sleep", "3600"],
+                }
+            ],
+        },
+    }
+
+
+def sh(*argv):
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=300)
+    assert proc.returncode == 0, "%s failed: %s" % (" ".join(argv), proc.stderr[-2000:])
+    return proc.stdout
+
+
+def installed_driver():
+    return sh("dpkg-query", "-W", "-f", "${Version}", "gpuops-lab-driver")
+
+
+def apt_update_lab_source():
+    sh(
+        "apt-get", "update", "-qq",
+        "-o", "Dir::Etc::sourcelist=%s" % SOURCE,
+        "-o", "Dir::Etc::sourceparts=-",
+        "-o", "APT::Get::List-Cleanup=0",
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def lab_driver(lab):
+    """The lab node running the packaged driver OLD, with a GPU app on it."""
+    # Not under pytest's private tmp: apt reads the repository as its own unprivileged user.
+    repo = REPO
+    shutil.rmtree(repo, ignore_errors=True)
+    sh("bash", str(ROOT / "lab" / "driver" / "build-repo.sh"), str(repo), OLD, NEW)
+    SOURCE.write_text("deb [trusted=yes] file:%s ./\n" % repo)
+    try:
+        apt_update_lab_source()
+        sh("apt-get", "install", "-y", "-qq", "--allow-downgrades", "gpuops-lab-driver=%s-1" % OLD)
+        if not lab.running("device-plugin"):
+            lab.control("start", "device-plugin")
+        lab.control("profile", "/usr/share/gpuops-lab-driver/profile.yaml")
+        lab.wait("8 GPUs allocatable", lambda: gpus_allocatable(lab) == 8, 30)
+        lab.kubectl("apply", "-f", "-", stdin=json.dumps(GPU_APP))
+        lab.wait("the GPU app running", lambda: app_pods(lab, "Running"), 60)
+        yield lab
+    finally:
+        lab.kubectl("delete", "deployment", "upgrade-gpu-app", "--ignore-not-found", "--wait=true")
+        lab.kubectl("delete", "pod", "upgrade-long-job", "--ignore-not-found", "--grace-period=1")
+        lab.kubectl("uncordon", lab.node)
+        lab.kubectl("label", "node", lab.node, STATE + "-")
+        lab.kubectl("annotate", "node", lab.node, FAILURE + "-", "gpuops.k8s/driver-upgrade-cordoned-")
+        lab.control("profile", DEFAULT_PROFILE)
+        subprocess.run(
+            ["apt-get", "purge", "-y", "-qq", "gpuops-lab-driver"], check=False, capture_output=True
+        )
+        SOURCE.unlink(missing_ok=True)
+        for stale in Path("/var/lib/apt/lists").glob("*%s*" % str(repo).strip("/").replace("/", "_")):
+            stale.unlink()
+        shutil.rmtree(repo, ignore_errors=True)
+
+
+def gpus_allocatable(lab):
+    return int(lab.node_object()["status"]["allocatable"].get("nvidia.com/gpu", "0"))
+
+
+def app_pods(lab, phase=None):
+    pods = lab.get("pods", "-n", "default", "-l", "app=upgrade-gpu-app")["items"]
+    return [
+        p["metadata"]["name"]
+        for p in pods
+        if (phase is None or p["status"].get("phase") == phase) and not p["metadata"].get("deletionTimestamp")
+    ]
+
+
+def upgrade(lab, extra=None, args=()):
+    proc = lab.inventory_playbook(
+        "playbooks/upgrade_driver.yml",
+        dict(extra or {}, driver_upgrade_version=NEW),
+        json_output=True,
+        args=args,
+    )
+    try:
+        report = json.loads(proc.stdout)
+    except ValueError as exc:
+        raise AssertionError("no JSON (rc %d): %s %s" % (proc.returncode, proc.stdout, proc.stderr)) from exc
+    tasks = {}
+    for play in report["plays"]:
+        for task in play["tasks"]:
+            name = task["task"]["name"].rpartition(" : ")[2]
+            tasks.setdefault(name, []).append(task["hosts"].get("gpuops-lab", {}))
+    return proc.returncode, report["stats"]["gpuops-lab"], tasks
+
+
+def ran(tasks, name):
+    """How many times a task really ran (not skipped) on the node."""
+    return sum(1 for result in tasks.get(name, []) if result and not result.get("skipped"))
+
+
+def test_check_mode_predicts_the_upgrade_and_touches_nothing(lab_driver):
+    lab = lab_driver
+    rc, stats, tasks = upgrade(lab, args=["--check"])
+    assert rc == 0 and stats["changed"] == 1, stats
+    plan = tasks["Say what a real run would do"][0]["msg"]
+    assert "%s to %s" % (OLD, NEW) in plan and plan.endswith("validation-required, uncordon-required"), plan
+    node = lab.node_object()
+    assert STATE not in node["metadata"].get("labels", {}) and not node["spec"].get("unschedulable")
+    assert installed_driver() == OLD + "-1"
+
+
+def test_failure_after_cordon_keeps_the_step_and_a_rerun_resumes(lab_driver):
+    lab = lab_driver
+    lab.kubectl("apply", "-f", "-", stdin=json.dumps(job_pod(lab.node)))
+    lab.wait(
+        "the long job running",
+        lambda: lab.get("pod", "upgrade-long-job")["status"].get("phase") == "Running",
+        60,
+    )
+    app_before = app_pods(lab, "Running")
+    waiting = {
+        "driver_upgrade_wait_for_pods_selector": "gpuops-test/job=true",
+        "driver_upgrade_wait_for_pods_timeout": 6,
+    }
+
+    rc, _stats, tasks = upgrade(lab, waiting)
+    assert rc != 0
+    node = lab.node_object()
+    assert node["metadata"]["labels"][STATE] == "wait-for-jobs-required"
+    assert node["spec"].get("unschedulable") is True
+    failure = node["metadata"]["annotations"][FAILURE]
+    assert failure.startswith("wait-for-jobs-required:") and "default/upgrade-long-job" in failure, failure
+    assert ran(tasks, "Cordon the node") == 1
+    # Stopped before anything was deleted or installed.
+    assert app_pods(lab, "Running") == app_before
+    assert installed_driver() == OLD + "-1"
+
+    lab.kubectl("delete", "pod", "upgrade-long-job", "--grace-period=1", "--wait=true")
+    rc, stats, tasks = upgrade(lab, waiting)
+    assert rc == 0, stats
+    # Resumed at the failed step: no second cordon, the rest done in order.
+    assert ran(tasks, "Cordon the node") == 0
+    assert ran(tasks, "Delete the GPU pods and wait until they are gone") == 1
+    assert ran(tasks, "Install the lab driver package at the target version") == 1
+    assert ran(tasks, "Check the validation pod passed") == 1
+    assert ran(tasks, "Uncordon the node") == 1
+    assert installed_driver() == NEW + "-1"
+    node = lab.node_object()
+    assert node["metadata"]["labels"][STATE] == "upgrade-done"
+    assert not node["spec"].get("unschedulable")
+    assert FAILURE not in node["metadata"].get("annotations", {})
+    # The GPU app's pod was deleted, and its Deployment's new pod runs on the new driver.
+    assert not set(app_before) & set(app_pods(lab))
+    lab.wait("the GPU app running again", lambda: app_pods(lab, "Running"), 60)
+    assert gpus_allocatable(lab) == 8
+
+    rc, stats, _tasks = upgrade(lab, waiting)
+    assert rc == 0 and stats["changed"] == 0, stats
