@@ -16,6 +16,7 @@ __metaclass__ = type
 
 import copy
 import json
+import math
 import re
 import traceback
 
@@ -145,6 +146,434 @@ def _plain(value):
 # ---------------------------------------------------------------------------- TOML
 
 
+# ------------------------------------------------------------- TOML text edits
+#
+# tomlkit reads and writes back any file faithfully, but its structural inserts and deletes
+# misplace tables split into several sections (out-of-order tables, as in EKS's and CRI-O's
+# own files), tables defined with dotted keys, and copy header comments onto parent tables
+# it creates, differently in each version. So the edit is computed on plain data, and the
+# difference is applied to the text: new tables go in as sections with their full header
+# path next to their nearest relatives, new keys after the last key of their table, changed
+# scalars are replaced in their own line (its comment stays), removed tables lose only their
+# own lines. tomlkit still does what it does well: values inside inline tables and arrays.
+
+_NAN = object()  # stands for any NaN float: NaN != NaN would make every file "changed"
+
+
+def _canon(data):
+    """data with NaN floats replaced by one marker, so equal data compares equal."""
+    if isinstance(data, dict):
+        return {key: _canon(value) for key, value in data.items()}
+    if isinstance(data, list):
+        return [_canon(value) for value in data]
+    if isinstance(data, float) and math.isnan(data):
+        return _NAN
+    return data
+
+
+def _same(left, right):
+    return _canon(left) == _canon(right)
+
+
+def _loads(text):
+    """Plain data of a TOML snippet (a header or one statement)."""
+    if tomllib is not None:
+        return tomllib.loads(text)
+    return tomlkit.parse(text).unwrap()
+
+
+def _read(text, source):
+    """Plain data of a TOML file: Python's parser where it exists (some tomlkit versions
+    misread or refuse valid files with split tables), else tomlkit. Errors name the line."""
+    if tomllib is None:
+        return parse_toml(text, source).unwrap()
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        if HAS_TOMLKIT:
+            parse_toml(text, source)  # tomlkit names line and column the same on every Python
+        raise ConfigParseError("%s: %s; the file is left untouched" % (source, error)) from error
+
+
+def _scan(text, start, stop_at_newline):  # noqa: PLR0912 - one state machine
+    """Scan TOML text from start, outside strings and brackets. Returns (end, equals, comment):
+    end: the index after the statement (its newline included), equals: the first '=' at depth
+    0, comment: the index of the comment that ends the statement's last line, or None."""
+    depth, mode, index, equals, comment = 0, None, start, None, None
+    length = len(text)
+    while index < length:
+        char = text[index]
+        if mode is None:
+            if char == "#":
+                comment = index
+                newline = text.find("\n", index)
+                index = length if newline < 0 else newline
+                continue
+            if char == "\n":
+                if depth <= 0 or stop_at_newline:
+                    return index + 1, equals, comment
+                comment = None
+            elif text.startswith('"""', index) or text.startswith("'''", index):
+                mode = text[index] * 3
+                index += 3
+                continue
+            elif char in "\"'":
+                mode = char
+            elif char in "[{":
+                depth += 1
+            elif char in "]}":
+                depth -= 1
+            elif char == "=" and equals is None and depth == 0:
+                equals = index
+        elif mode in ('"', '"""') and char == "\\":
+            index += 2
+            continue
+        elif len(mode) == 3 and text.startswith(mode, index):
+            index += 3
+            while index < length and text[index] == mode[0]:
+                index += 1  # up to two quotes right before the closing ones are content
+            mode = None
+            continue
+        elif len(mode) == 1 and char == mode:
+            mode = None
+        index += 1
+    return length, equals, comment
+
+
+def _first_path(data):
+    """The key path a header or a key alone defines: ('a', 'b') for [a.b], [[a.b]] or a.b = 0."""
+    path = ()
+    while isinstance(data, dict) and len(data) == 1:
+        key = next(iter(data))
+        path += (key,)
+        data = data[key]
+        if isinstance(data, list) and len(data) == 1:
+            data = data[0]
+    return path
+
+
+class _Stmt:
+    """One key = value statement: its span in the text, its key path relative to its section,
+    the '=' and the comment that ends it (indexes into the text, or None), and its value."""
+
+    __slots__ = ("comment", "end", "equals", "path", "start", "value")
+
+
+def _lex(text):
+    """The sections of a TOML text, the root first: dicts with path (a tuple; () for the
+    root), array ([[...]]), header (its index; None for the root), stmts, and end (where the
+    section's last key ends; after the header when it has none)."""
+    sections = [{"path": (), "array": False, "header": None, "stmts": [], "end": 0}]
+    index, length = 0, len(text)
+    while index < length:
+        line_end = text.find("\n", index)
+        line_end = length if line_end < 0 else line_end + 1
+        stripped = text[index:line_end].strip()
+        if not stripped or stripped.startswith("#"):
+            index = line_end
+            continue
+        end, _equals, comment = _scan(text, index, stripped.startswith("["))
+        if stripped.startswith("["):
+            header = text[index : comment if comment is not None else end].strip()
+            sections.append(
+                {
+                    "path": _first_path(_loads(header + "\n")),
+                    "array": header.startswith("[["),
+                    "header": index,
+                    "stmts": [],
+                    "end": end,
+                }
+            )
+        else:
+            stmt = _Stmt()
+            stmt.start, stmt.end, stmt.equals, stmt.comment = index, end, _equals, comment
+            stmt.path = _first_path(_loads(text[index:_equals] + "= 0\n"))
+            value = _loads(text[index:end].rstrip("\n") + "\n")
+            for key in stmt.path:
+                value = value[key]
+            stmt.value = value
+            sections[-1]["stmts"].append(stmt)
+            sections[-1]["end"] = end
+        index = end
+    return sections
+
+
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def _toml_string(value):
+    # JSON's escapes are TOML's; DEL must be escaped in TOML too.
+    return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
+
+
+def _toml_path(keys):
+    return ".".join(key if _BARE_KEY.match(key) else _toml_string(key) for key in keys)
+
+
+def _value_text(value):  # noqa: PLR0911 - one return per TOML type
+    """Plain data -> a TOML value, on one line."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return _toml_string(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if value in (float("inf"), float("-inf")):
+            return "inf" if value > 0 else "-inf"
+        return repr(value)
+    if isinstance(value, dict):
+        return "{%s}" % ", ".join("%s = %s" % (_toml_path([k]), _value_text(v)) for k, v in value.items())
+    if isinstance(value, list):
+        return "[%s]" % ", ".join(_value_text(item) for item in value)
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return str(value)  # int
+
+
+def _sections_text(path, table):
+    """A new table as header sections with full paths: [path] with its keys, then its tables."""
+    keys = [(k, v) for k, v in table.items() if not isinstance(v, dict)]
+    tables = [(k, v) for k, v in table.items() if isinstance(v, dict)]
+    out = []
+    if keys or not tables:
+        out.append(
+            "[%s]\n" % _toml_path(path)
+            + "".join("%s = %s\n" % (_toml_path([k]), _value_text(v)) for k, v in keys)
+        )
+    for key, value in tables:
+        out.extend(_sections_text((*path, key), value))
+    return out
+
+
+def _diff(old, new, path=()):
+    """The changes from old to new data: (op, key path, new value), op in add, set, del."""
+    ops = [("del", (*path, key), None) for key in old if key not in new]
+    for key, value in new.items():
+        if key not in old:
+            ops.append(("add", (*path, key), value))
+        elif isinstance(value, dict) and isinstance(old[key], dict):
+            ops.extend(_diff(old[key], value, (*path, key)))
+        elif not _same(old[key], value):
+            ops.append(("set", (*path, key), value))
+    return ops
+
+
+def _glued_start(text, index):
+    """Where the comment lines right above index (a header) begin: they belong to it."""
+    start = index
+    while start > 0:
+        line_start = text.rfind("\n", 0, start - 1) + 1
+        if not text[line_start:start].strip().startswith("#"):
+            break
+        start = line_start
+    return start
+
+
+def _indent(text, index):
+    line_start = text.rfind("\n", 0, index) + 1
+    line = text[line_start:]
+    return line[: len(line) - len(line.lstrip(" \t"))]
+
+
+class _TextEdit:
+    """Text edits of one TOML document, planned on its sections and applied at once."""
+
+    def __init__(self, text, source):
+        self.text, self.source = text, source
+        self.sections = _lex(text)
+        self.stmts = [(s, stmt, s["path"] + stmt.path) for s in self.sections for stmt in s["stmts"]]
+        self.cuts = []  # (start, end, replacement)
+        self.inserts = {}  # index -> [("key" | "block", text)]
+
+    def fail(self, path, why):
+        raise RuntimeConfigError(
+            "%s: %s %s; the file is left untouched (please report this with the file)"
+            % (self.source, _keypath(list(path)), why)
+        )
+
+    def stmt_over(self, path):
+        """The statement whose key is path or holds it (in an inline table or array)."""
+        for _section, stmt, full in self.stmts:
+            if full == path[: len(full)]:
+                return stmt, full
+        return None, None
+
+    def section(self, path):
+        for section in self.sections:
+            if section["path"] == path and not section["array"]:
+                return section
+        return None
+
+    def tail(self, section):
+        """Where text after a section goes: past its keys and the lines that follow them,
+        but before the comment lines that sit right above the next header."""
+        later = [
+            s["header"]
+            for s in self.sections
+            if s is not section and s["header"] is not None and s["header"] >= section["end"]
+        ]
+        if not later:
+            return len(self.text)
+        return max(_glued_start(self.text, min(later)), section["end"])
+
+    def insert(self, index, kind, text):
+        self.inserts.setdefault(index, []).append((kind, text))
+
+    def add_key(self, section, rel_path, value):
+        if section["stmts"]:
+            where = section["stmts"][-1]
+            index, indent = section["end"], _indent(self.text, where.start)
+        elif section["header"] is not None:
+            index, indent = section["end"], _indent(self.text, section["header"])
+        else:
+            index, indent = self.tail(section), ""
+        self.insert(index, "key", "%s%s = %s\n" % (indent, _toml_path(rel_path), _value_text(value)))
+
+    def add_block(self, path, table):
+        """New sections for the table at path, next to their nearest relatives."""
+        block = "\n".join(_sections_text(path, table))
+        headers = [s for s in self.sections if s["header"] is not None]
+        below = [s for s in headers if s["path"][: len(path)] == path]
+        if below:
+            self.insert(_glued_start(self.text, below[0]["header"]), "block", block)
+            return
+        best, near = 0, None
+        for section in headers:
+            common = 0
+            while common < min(len(path), len(section["path"])) and path[common] == section["path"][common]:
+                common += 1
+            if common and common >= best:
+                best, near = common, section
+        self.insert(self.tail(near) if near else len(self.text), "block", block)
+
+    def add(self, path, value):
+        parent, key = path[:-1], path[-1]
+        if isinstance(value, dict):
+            self.add_block(path, value)
+            return
+        section = self.section(parent) if parent else self.sections[0]
+        if section is not None:
+            self.add_key(section, (key,), value)
+            return
+        # The parent is implicit (made by its sub-tables' headers) or made by dotted keys in
+        # the section of its nearest ancestor with a header.
+        for depth in range(len(parent) - 1, -1, -1):
+            ancestor = self.section(parent[:depth]) if depth else self.sections[0]
+            if ancestor is None:
+                continue
+            rel = parent[depth:]
+            if any(stmt.path[: len(rel)] == rel and len(stmt.path) > len(rel) for stmt in ancestor["stmts"]):
+                self.add_key(ancestor, (*rel, key), value)
+                return
+            break
+        self.add_block(parent, {key: value})
+
+    def set(self, path, value):
+        stmt, full = self.stmt_over(path)
+        if stmt is None or full != path:
+            self.fail(path, "was not found where expected")
+        start = stmt.equals + 1
+        end = stmt.comment if stmt.comment is not None else stmt.end
+        segment = self.text[start:end]
+        lead = segment[: len(segment) - len(segment.lstrip())]
+        trail = segment[len(segment.rstrip()) :]
+        self.cuts.append((start, end, lead + _value_text(value) + trail))
+
+    def delete(self, path):
+        for section, stmt, full in self.stmts:
+            if full[: len(path)] == path and section["path"][: len(path)] != path:
+                self.cuts.append((stmt.start, stmt.end, ""))
+        for section in self.sections:
+            if section["header"] is None or section["path"][: len(path)] != path:
+                continue
+            start, end = section["header"], section["end"]
+            after = self.text[end:]
+            if not after.strip() or after.startswith(("\n", "\r\n")):
+                while start > 0 and self.text[self.text.rfind("\n", 0, start - 1) + 1 : start].strip() == "":
+                    start = self.text.rfind("\n", 0, start - 1) + 1
+            self.cuts.append((start, end, ""))
+
+    def render(self):
+        edits = list(self.cuts)
+        for index, items in self.inserts.items():
+            before = self.text[:index]
+            chunk = "" if not before or before.endswith("\n") else "\n"
+            chunk += "".join(text for kind, text in items if kind == "key")
+            blocks = [text for kind, text in items if kind == "block"]
+            if blocks:
+                if (before + chunk) and not (before + chunk).endswith("\n\n"):
+                    chunk += "\n"
+                chunk += "\n".join(blocks)
+                if self.text[index : index + 1] not in ("", "\n", "\r"):
+                    chunk += "\n"
+            edits.append((index, index, chunk))
+        edits.sort(key=lambda edit: (edit[0], edit[1]))
+        for (_s1, e1, _r1), (s2, _e2, _r2) in zip(edits, edits[1:]):
+            if s2 < e1:
+                raise RuntimeConfigError(
+                    "%s: overlapping edits; the file is left untouched (please report this with the file)"
+                    % self.source
+                )
+        text = self.text
+        for start, end, replacement in reversed(edits):
+            text = text[:start] + replacement + text[end:]
+        return text
+
+
+def _needs_tomlkit(plan, op):
+    """Changes inside an inline table, and arrays (their comments and layout), go through
+    tomlkit, which edits those in place well."""
+    kind, path, value = op
+    stmt, full = plan.stmt_over(path)
+    if stmt is None:
+        return False
+    if len(full) < len(path):
+        return True
+    return kind == "set" and isinstance(value, list) and isinstance(stmt.value, list)
+
+
+def _plain_array(plan, op):
+    stmt, full = plan.stmt_over(op[1])
+    return op[0] == "set" and full == op[1] and "#" not in plan.text[stmt.equals : stmt.end]
+
+
+def _tomlkit_op(doc, op, source):
+    kind, path, value = op
+    try:
+        node = doc
+        for key in path[:-1]:
+            node = node[key]
+        key = path[-1]
+        if kind == "del":
+            del node[key]
+            return
+        old = _plain(node.get(key)) if kind == "set" else None
+        if isinstance(old, list) and isinstance(value, list) and hasattr(node[key], "append"):
+            array = node[key]
+            if _same(value[: len(old)], old):
+                for item in value[len(old) :]:
+                    array.append(item)
+                return
+            if len(value) < len(old):
+                keep, drop = 0, []
+                for index, item in enumerate(old):
+                    if keep < len(value) and _same(item, value[keep]):
+                        keep += 1
+                    else:
+                        drop.append(index)
+                if keep == len(value):
+                    for index in reversed(drop):
+                        del array[index]
+                    return
+        _set_table(node, key, value) if isinstance(value, dict) else node.__setitem__(key, value)
+    except (KeyError, TypeError, ValueError, AttributeError, TomlParseError) as error:
+        raise RuntimeConfigError(
+            "%s: cannot edit %s with tomlkit %s (%s); the file is left untouched"
+            % (source, _keypath(list(path)), getattr(tomlkit, "__version__", "?"), error)
+        ) from error
+
+
 def parse_toml(text, source):
     if not HAS_TOMLKIT:
         raise RuntimeConfigError("tomlkit is required to edit %s" % source)
@@ -164,7 +593,7 @@ def parse_toml(text, source):
             reference = tomllib.loads(text)
         except tomllib.TOMLDecodeError as error:
             raise ConfigParseError("%s: %s; the file is left untouched" % (source, error)) from error
-        if doc.unwrap() != reference:
+        if not _same(doc.unwrap(), reference):
             raise ConfigParseError(
                 "%s: tomlkit %s reads this file differently from Python's TOML parser (a table "
                 "split into several sections?); the file is left untouched: merge the split "
@@ -294,22 +723,41 @@ def _super_table():
 
 
 def _edit_toml(text, source, edit):
-    """Run edit(root, new_table) on both the tomlkit document and a plain copy of its data;
-    the rendered document must parse back to exactly the plain result."""
-    doc = parse_toml(text, source)
-    before = doc.unwrap()
+    """Run edit(root, new_table) on a plain copy of the file's data, apply the difference to
+    the text, and check that the new text parses to exactly the intended data."""
+    if not HAS_TOMLKIT:
+        raise RuntimeConfigError("tomlkit is required to edit %s" % source)
+    before = _read(text, source)
     expected = copy.deepcopy(before)
     edit(expected, dict)
-    if expected == before:
-        # Nothing to change: keep the user's bytes. (Walking out-of-order tables can make
-        # some tomlkit versions, Debian's 0.11.7 among them, re-indent on render.)
-        return text, before, before
-    edit(doc, _super_table)
-    after_text = tomlkit.dumps(doc)
-    after = parse_toml(after_text, source + " (as rewritten)").unwrap()
-    # tomlkit does not write a table that an edit emptied; to the runtimes an empty table
-    # and no table read the same.
-    if _pruned(after) != _pruned(expected):
+    if _same(expected, before):
+        return text, before, before  # nothing to change: keep the user's bytes
+    ops = _diff(before, expected)
+    plan = _TextEdit(text, source)
+    structural = [op for op in ops if _needs_tomlkit(plan, op)]
+    if structural:
+        try:
+            doc = parse_toml(text, source)
+        except ConfigParseError:
+            # This tomlkit refuses or misreads the file: an array without comments can be
+            # written anew in its line; anything else is refused, the file untouched.
+            if not all(_plain_array(plan, op) for op in structural):
+                raise
+            structural = []
+    if structural:
+        for op in structural:
+            _tomlkit_op(doc, op, source)
+        plan = _TextEdit(tomlkit.dumps(doc), source)
+    for op in ops:
+        if not any(op is done for done in structural):
+            {"add": plan.add, "set": plan.set, "del": lambda path, _value: plan.delete(path)}[op[0]](
+                op[1], op[2]
+            )
+    after_text = plan.render()
+    after = _read(after_text, source + " (as rewritten)")
+    # An edit can leave a table empty, and a new table with nothing in it is not written;
+    # to the runtimes an empty table and no table read the same.
+    if not _same(_pruned(after), _pruned(expected)):
         raise RuntimeConfigError(
             "%s: the structural edit would not give the intended configuration; the file is left "
             "untouched (please report this with the file)" % source
@@ -319,7 +767,7 @@ def _edit_toml(text, source, edit):
 
 def containerd_in_place(text, spec, source, default_version=2):
     """Return (new_text, before_data, after_data, version) for an in-place edit."""
-    data = parse_toml(text, source).unwrap()
+    data = _read(text, source)
     version = containerd_version(data, default_version, source)
 
     def edit(root, new_table):
@@ -330,6 +778,14 @@ def containerd_in_place(text, spec, source, default_version=2):
 
     new_text, before, after = _edit_toml(text, source, edit)
     return new_text, before, after, version
+
+
+def _runtime_entry(data, cri_name, name):
+    """A copy of the runtime entry name in a containerd config's data, or None."""
+    node = data
+    for key in ("plugins", cri_name, "containerd", "runtimes", name):
+        node = node.get(key) if isinstance(node, dict) else None
+    return copy.deepcopy(node) if isinstance(node, dict) else None
 
 
 def containerd_drop_in(
@@ -343,9 +799,9 @@ def containerd_drop_in(
     copy is recomputed from the main file on every run, so edits there carry over.
     Returns (main_text, drop_in_text or None to remove it, before, after, version).
     """
-    main = parse_toml(main_text, main_source).unwrap()
+    main = _read(main_text, main_source)
     version = containerd_version(main, default_version, main_source)
-    parse_toml(drop_in_text, drop_in_source)  # an unparsable drop-in is reported, not replaced
+    drop_before = _read(drop_in_text, drop_in_source)  # an unparsable drop-in is reported, not replaced
     present = spec["state"] == "present"
 
     def main_edit(root, new_table):
@@ -376,13 +832,23 @@ def containerd_drop_in(
             root["version"] = version
 
     main_after_text, main_before, main_after = _edit_toml(main_text, main_source, main_edit)
-    drop_before = parse_toml(drop_in_text, drop_in_source).unwrap()
     if not present:
         return main_after_text, None, (main_before, drop_before), (main_after, {}), version
     cri_name = CRI_PLUGIN[version]
     drop = {"version": version} if version != 1 else {}
     cri = _plain(main_after.get("plugins", {}).get(cri_name, {}))
     drop["plugins"] = {cri_name: cri}
+    # An entry made by an earlier in-place run moves here with all its settings, and one
+    # already in the drop-in stays as it is (like an in-place entry): only its binary and
+    # type are ensured. Only a new entry starts from a copy of the default runtime.
+    entry = _runtime_entry(main, cri_name, spec["runtime_name"])
+    if entry is None:
+        entry = _runtime_entry(drop_before, cri_name, spec["runtime_name"])
+    runtimes = cri
+    for key in ("containerd", "runtimes"):
+        runtimes = runtimes.setdefault(key, {}) if isinstance(runtimes, dict) else None
+    if entry is not None and isinstance(runtimes, dict):
+        runtimes[spec["runtime_name"]] = entry
     _containerd_edit(drop, version, spec, drop_in_source, dict)
     drop_doc = tomlkit.document()
     drop_doc.add(tomlkit.comment("Managed by gpuops.k8s nvidia_runtime: the NVIDIA runtime, over a copy"))
@@ -393,7 +859,7 @@ def containerd_drop_in(
     for key, value in drop.items():
         drop_doc[key] = value
     drop_text = tomlkit.dumps(drop_doc)
-    if parse_toml(drop_text, drop_in_source).unwrap() != drop:
+    if not _same(_read(drop_text, drop_in_source), drop):
         raise RuntimeConfigError("%s: rendering the drop-in lost data; nothing written" % drop_in_source)
     return main_after_text, drop_text, (main_before, drop_before), (main_after, drop), version
 
@@ -411,12 +877,12 @@ def predict_without_tomlkit(runtime, text, spec, source, default_version=2):
     before = copy.deepcopy(data)
     if runtime == "crio":
         _crio_edit(data, spec, source, dict)
-        return data != before, None
+        return not _same(data, before), None
     version = containerd_version(data, default_version, source)
     if spec["state"] == "present" and "version" not in data and version != 1:
         data["version"] = version
     _containerd_edit(data, version, spec, source, dict)
-    return data != before, version
+    return not _same(data, before), version
 
 
 def crio_edit(text, spec, source):
