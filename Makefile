@@ -23,7 +23,7 @@ venv:  ## Make the dev environment (venv, collections, ansible-test offline boot
 	@bash scripts/bootstrap.sh
 
 .PHONY: site
-site: venv  ## Run the main job (playbooks/site.yml) against the local lab
+site: lab-up  ## Run the main job (playbooks/site.yml) against the local lab (brings the lab up first)
 	ansible-playbook -i inventories/lab playbooks/site.yml
 
 .PHONY: test

@@ -3,18 +3,19 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """playbooks/site.yml, the README's main command, with inventories/lab against the lab
 cluster: from a node without our labels and add-ons to validated, with the per-node
-summary; check mode predicts the run; the second run changes nothing."""
+summary; check mode predicts the run; the second run changes nothing; then
+playbooks/uninstall.yml takes it all away, once."""
 
 from __future__ import annotations
 
 import json
 
 SITE = "playbooks/site.yml"
-UNDO = {"gpu_node_labels_state": "absent", "cluster_addons_state": "absent"}
+UNINSTALL = "playbooks/uninstall.yml"
 
 
-def site(lab, extra=None, args=()):
-    proc = lab.inventory_playbook(SITE, extra, json_output=True, args=args)
+def site(lab, extra=None, args=(), playbook=SITE):
+    proc = lab.inventory_playbook(playbook, extra, json_output=True, args=args)
     try:
         report = json.loads(proc.stdout)
     except ValueError as exc:
@@ -34,7 +35,7 @@ def site(lab, extra=None, args=()):
 def test_site_converges_the_lab_node_and_prints_the_summary(lab):
     if not lab.running("device-plugin"):
         lab.control("start", "device-plugin")
-    rc, _changed, _summary = site(lab, UNDO, args=["--tags", "labels,addons"])
+    rc, _changed, _summary = site(lab, playbook=UNINSTALL)
     assert rc == 0
     assert "nvidia.com/gpu.product" not in lab.node_object()["metadata"].get("labels", {})
     try:
@@ -70,5 +71,10 @@ def test_site_converges_the_lab_node_and_prints_the_summary(lab):
         rc, again, _summary = site(lab)
         assert rc == 0 and again == [], again
     finally:
-        rc, _changed, _summary = site(lab, UNDO, args=["--tags", "labels,addons"])
-        assert rc == 0
+        rc, removed, _summary = site(lab, playbook=UNINSTALL)
+    assert rc == 0 and removed, removed
+    labels = lab.node_object()["metadata"].get("labels", {})
+    assert not [k for k in labels if k.startswith("nvidia.com/gpu.")], labels
+    assert lab.kubectl("get", "runtimeclass", "nvidia", check=False).returncode != 0
+    rc, removed_again, _summary = site(lab, playbook=UNINSTALL)
+    assert rc == 0 and removed_again == [], removed_again
