@@ -1,0 +1,332 @@
+# Copyright (c) gpuops.k8s contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The drift guard the container_runtime role ships, run as a process against temp files.
+
+systemctl is a stand-in script that records its calls (and answers is-active from a
+queue), so every restart the guard asks for is counted. What the guard writes must be
+read by Debian's real containerd (`config dump`: 1.6 for config version 2, 2.x for
+version 3) and accepted by dockerd (`dockerd --validate`).
+
+Decisions pinned here: a change that keeps the NVIDIA runtime as configured (a comment,
+reordered tables) is in sync: the file is left as the user wrote it, nothing restarts. A
+rewrite that drops the runtime is repaired; the runtime restarts only when the repaired
+data differ from what it last ran with.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tomllib
+
+import pytest
+from runtimes import containerd_dump, dockerd_validate, runtime_root
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PACKAGE_PARENT = os.path.join(REPO, "roles", "container_runtime", "files")
+BINARY = "/usr/bin/nvidia-container-runtime"
+
+SITE_V2 = """\
+version = 2
+# Site policy: keep this comment.
+oom_score = -999
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "registry.k8s.io/pause:3.9" # pinned by the site
+  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+    runtime_type = "io.containerd.runc.v2"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+      SystemdCgroup = true
+"""
+
+SITE_V3 = """\
+version = 3
+# containerd 2.x layout
+root = '/var/lib/containerd'
+
+[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+  runtime_type = 'io.containerd.runc.v2'
+  [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+    SystemdCgroup = true
+"""
+
+# (config version, site file, containerd suite that reads it, CRI runtime plugin in the dump)
+CONTAINERD = {
+    2: (SITE_V2, "bookworm", "io.containerd.grpc.v1.cri"),
+    3: (SITE_V3, "sid", "io.containerd.cri.v1.runtime"),
+}
+
+FAKE_SYSTEMCTL = """\
+#!/bin/sh
+# Records each call; restart exits with $dir/restart_rc (default 0); is-active answers the
+# first line of $dir/answers (consumed), else "active".
+dir=$(dirname "$0")
+echo "$*" >> "$dir/calls"
+case "$1" in
+  restart) exit "$(cat "$dir/restart_rc" 2>/dev/null || echo 0)" ;;
+  is-active)
+    if [ -s "$dir/answers" ]; then head -n 1 "$dir/answers"; sed -i 1d "$dir/answers"; else echo active; fi
+    ;;
+esac
+"""
+
+
+class Node:
+    """A temp "node": config files, the guard's parameters and state, a recording systemctl."""
+
+    def __init__(self, tmp_path, **params):
+        self.root = tmp_path
+        self.bin = tmp_path / "bin"
+        self.bin.mkdir()
+        systemctl = self.bin / "systemctl"
+        systemctl.write_text(FAKE_SYSTEMCTL)
+        systemctl.chmod(0o755)
+        self.params = {
+            "backup": True,
+            "set_as_default": True,
+            "systemctl": str(systemctl),
+            "state_dir": str(tmp_path / "state"),
+            "settle_seconds": 0,
+            **params,
+        }
+        self.parameters = tmp_path / "guard.json"
+        self.parameters.write_text(json.dumps(self.params))
+
+    def guard(self, *args):
+        env = {k: v for k, v in os.environ.items() if k != "JOURNAL_STREAM"}
+        # No __pycache__ in the role's files tree: the role copies that tree to nodes.
+        env.update(PYTHONPATH=PACKAGE_PARENT, PYTHONDONTWRITEBYTECODE="1")
+        return subprocess.run(
+            [sys.executable, "-m", "gpuops_runtime_guard", "--config", str(self.parameters), *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+            check=False,
+        )
+
+    def calls(self):
+        path = self.bin / "calls"
+        calls = path.read_text().splitlines() if path.exists() else []
+        path.unlink(missing_ok=True)
+        return calls
+
+    def state(self):
+        return json.loads((self.root / "state" / "state.json").read_text())
+
+    def backups(self, name):
+        prefix = name + "."
+        return sorted(p for p in self.root.iterdir() if p.name.startswith(prefix) and p.name.endswith("~"))
+
+
+def containerd_node(tmp_path, version, **params):
+    site, _suite, _plugin = CONTAINERD[version]
+    config = tmp_path / "config.toml"
+    config.write_text(site)
+    node = Node(tmp_path, runtime="containerd", path=str(config), config_mode="in_place", **params)
+    return node, config
+
+
+def settled(node):
+    """The role's state: the guard has run once (declared the runtime) and recorded it."""
+    first = node.guard()
+    assert first.returncode == 0, first.stderr
+    node.calls()
+    for backup in node.backups("config.toml"):
+        backup.unlink()
+    return first
+
+
+def dumped(version, path):
+    _site, suite, plugin = CONTAINERD[version]
+    rc, out, err = containerd_dump(suite, path)
+    assert rc == 0, err
+    return tomllib.loads(out)["plugins"][plugin]["containerd"]
+
+
+def containerd_default(version):
+    """`containerd config default` of the matching containerd: what an overwrite looks like."""
+    suite = CONTAINERD[version][1]
+    binary = runtime_root("containerd", suite) / "usr" / "bin" / "containerd"
+    return subprocess.run(
+        [str(binary), "config", "default"], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+
+
+@pytest.mark.parametrize("version", [2, 3])
+def test_overwritten_config_gets_the_runtime_back_keeps_new_keys_and_restarts_once(tmp_path, version):
+    node, config = containerd_node(tmp_path, version)
+    settled(node)
+    default = containerd_default(version)
+    overwrite = default.replace("oom_score = 0\n", "oom_score = -500 # the new tool's own value\n", 1)
+    assert overwrite != default and "nvidia" not in overwrite
+    config.write_text(overwrite)
+
+    proc = node.guard()
+    assert proc.returncode == 0, proc.stderr
+    assert node.calls() == ["restart containerd", "is-active containerd"]
+    assert "drift: restored the nvidia runtime in %s" % config in proc.stderr
+    cri = dumped(version, config)
+    assert cri["default_runtime_name"] == "nvidia"
+    assert cri["runtimes"]["nvidia"]["options"]["BinaryName"] == BINARY
+    text = config.read_text()
+    assert "oom_score = -500 # the new tool's own value" in text
+    (backup,) = node.backups("config.toml")
+    assert backup.read_text() == overwrite
+    assert node.state()["last_run"]["result"] == "repaired" and node.state()["last_run"]["restarted"]
+
+    again = node.guard()
+    assert again.returncode == 0 and "in sync" in again.stderr
+    assert node.calls() == [] and config.read_text() == text
+
+
+@pytest.mark.parametrize("version", [2, 3])
+def test_a_comment_is_in_sync_left_as_written_and_nothing_restarts(tmp_path, version):
+    node, config = containerd_node(tmp_path, version)
+    settled(node)
+    edited = "# a comment an operator added\n" + config.read_text()
+    config.write_text(edited)
+    proc = node.guard()
+    assert proc.returncode == 0 and "in sync" in proc.stderr
+    assert node.calls() == []
+    assert config.read_text() == edited and node.backups("config.toml") == []
+
+
+def test_reordered_tables_with_the_runtime_kept_are_in_sync(tmp_path):
+    node, config = containerd_node(tmp_path, 2)
+    settled(node)
+    data = tomllib.loads(config.read_text())
+    header, *tables = config.read_text().rstrip("\n").split("\n\n")
+    reordered = "\n\n".join([header, *reversed(tables)]) + "\n"
+    config.write_text(reordered)
+    assert tomllib.loads(reordered) == data, "the test's reordering changed the data"
+    proc = node.guard()
+    assert proc.returncode == 0 and "in sync" in proc.stderr, proc.stderr
+    assert node.calls() == [] and config.read_text() == reordered
+
+
+def test_a_tool_rewriting_the_same_file_without_the_runtime_costs_a_repair_not_a_restart(tmp_path):
+    node, config = containerd_node(tmp_path, 2)
+    settled(node)
+    for _attempt in range(2):
+        config.write_text(SITE_V2)  # the site's template, again, as a config tool would
+        proc = node.guard()
+        assert proc.returncode == 0, proc.stderr
+        assert "restored the nvidia runtime" in proc.stderr and "no restart" in proc.stderr
+        assert node.calls() == []
+        assert dumped(2, config)["default_runtime_name"] == "nvidia"
+    assert node.state()["last_run"]["restarted"] is False
+
+
+def test_without_a_record_the_guard_decides_the_restart_as_nvidia_runtime_does(tmp_path):
+    node, config = containerd_node(tmp_path, 2)
+    proc = node.guard()
+    assert proc.returncode == 0, proc.stderr
+    assert node.calls() == ["restart containerd", "is-active containerd"]
+    # The same repair with the record kept: no restart (previous test); without it, one.
+    (tmp_path / "state" / "state.json").unlink()
+    config.write_text(SITE_V2)
+    node.guard()
+    assert node.calls() == ["restart containerd", "is-active containerd"]
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "line"),
+    [
+        ("config.toml", SITE_V2 + "\n[plugins.broken\nkey = 1\n", "line 12"),
+        ("daemon.json", '{\n  "log-driver": "journald",\n  "runtimes": {\n}\n', "line 5"),
+    ],
+)
+def test_an_unparsable_file_is_left_untouched_and_named_with_its_line(tmp_path, name, text, line):
+    config = tmp_path / name
+    config.write_text(text)
+    runtime = "docker" if name.endswith(".json") else "containerd"
+    node = Node(tmp_path, runtime=runtime, path=str(config))
+    proc = node.guard()
+    assert proc.returncode == 2
+    assert str(config) in proc.stderr and line in proc.stderr, proc.stderr
+    assert config.read_text() == text
+    assert node.calls() == [] and node.backups(name) == []
+    assert node.state()["last_run"]["result"] == "error"
+
+
+def test_docker_daemon_json_overwritten_is_repaired_and_dockerd_accepts_it(tmp_path):
+    daemon = tmp_path / "daemon.json"
+    daemon.write_text('{\n  "log-driver": "journald"\n}\n')
+    node = Node(tmp_path, runtime="docker", path=str(daemon), enable_cdi=True)
+    settled(node)
+    daemon.write_text('{\n    "log-driver": "local",\n    "data-root": "/srv/docker"\n}\n')
+
+    proc = node.guard()
+    assert proc.returncode == 0, proc.stderr
+    assert node.calls() == ["restart docker", "is-active docker"]
+    assert json.loads(daemon.read_text()) == {
+        "log-driver": "local",
+        "data-root": "/srv/docker",
+        "runtimes": {"nvidia": {"path": BINARY}},
+        "default-runtime": "nvidia",
+        "features": {"cdi": True},
+    }
+    assert daemon.read_text().startswith('{\n    "log-driver"'), "indent or key order not kept"
+    rc, _out, err = dockerd_validate(daemon)
+    assert rc == 0, err
+    assert node.guard().returncode == 0 and node.calls() == []
+
+
+def test_a_deleted_drop_in_is_recreated_as_it_was_without_a_restart(tmp_path):
+    # The runtime still runs with what the drop-in held: writing it back is enough.
+    config = tmp_path / "config.toml"
+    config.write_text(SITE_V2)
+    drop_in = tmp_path / "conf.d" / "99-nvidia.toml"
+    node = Node(
+        tmp_path, runtime="containerd", path=str(config), config_mode="drop_in", drop_in_path=str(drop_in)
+    )
+    settled(node)
+    written = drop_in.read_text()
+    drop_in.unlink()
+    proc = node.guard()
+    assert proc.returncode == 0, proc.stderr
+    assert drop_in.read_text() == written
+    assert node.calls() == [] and "no restart" in proc.stderr
+    assert dumped(2, config)["runtimes"]["nvidia"]["options"]["BinaryName"] == BINARY
+
+
+def test_a_restart_that_fails_is_rolled_back_and_not_retried_on_the_same_files(tmp_path):
+    node, config = containerd_node(tmp_path, 2)
+    settled(node)
+    overwrite = containerd_default(2)
+    config.write_text(overwrite)
+    (node.bin / "answers").write_text("failed\nactive\n")
+
+    proc = node.guard()
+    assert proc.returncode == 1
+    assert node.calls() == ["restart containerd", "is-active containerd"] * 2
+    assert config.read_text() == overwrite, "the files were not restored as they were"
+    assert "containerd did not come back" in proc.stderr and "containerd is failed" in proc.stderr
+    assert "Restored the files as they were and restarted containerd: it is active" in proc.stderr
+    assert node.state()["last_run"]["result"] == "rolled_back"
+
+    # The timer fires again: the same files are not tried again (no restart loop)...
+    proc = node.guard()
+    assert proc.returncode == 1 and "not repairing" in proc.stderr
+    assert node.calls() == [] and config.read_text() == overwrite
+    # ...until they change.
+    config.write_text(overwrite + "\n# changed\n")
+    proc = node.guard()
+    assert proc.returncode == 0, proc.stderr
+    assert node.calls() == ["restart containerd", "is-active containerd"]
+
+
+def test_check_reports_drift_and_changes_nothing(tmp_path):
+    node, config = containerd_node(tmp_path, 2)
+    proc = node.guard("--check")
+    assert proc.returncode == 1 and "drift" in proc.stderr
+    assert config.read_text() == SITE_V2 and node.calls() == []
+    assert not (tmp_path / "state").exists()
+
+
+def test_unknown_parameters_are_refused(tmp_path):
+    node = Node(tmp_path, runtime="containerd", path=str(tmp_path / "c.toml"), restart_comand="x")
+    proc = node.guard()
+    assert proc.returncode == 3 and "unknown parameters restart_comand" in proc.stderr
