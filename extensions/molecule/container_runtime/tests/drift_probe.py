@@ -3,8 +3,9 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Runs on the lab node: change config.toml one way, then time what the drift guard does.
 
-python3 drift_probe.py HOW CONTENT_FILE EXPECT_RESTART, HOW one of truncate (rewrite in
-place), rename (atomic replace), recreate (delete, then write anew), append. Prints one
+python3 drift_probe.py HOW CONTENT_FILE WAIT, HOW one of truncate (rewrite in place),
+rename (atomic replace), recreate (delete, then write anew), append; WAIT one of restart
+(repaired and restarted), repaired, run (the guard ran, whatever it did). Prints one
 JSON line: seconds until `containerd config dump` lists the nvidia runtime again
 ("repaired") and until containerd runs with a new MainPID ("restarted"), the guard's run
 count and last result, both PIDs. Polls every 50 ms for at most 60 s: a bound that fails a
@@ -65,7 +66,7 @@ def change(how, text):
 
 
 def main():
-    how, content, expect_restart = sys.argv[1], sys.argv[2], sys.argv[3] == "yes"
+    how, content, wait = sys.argv[1], sys.argv[2], sys.argv[3]
     with open(content) as handle:
         text = handle.read()
     pid0, runs0 = main_pid(), state().get("runs", 0)
@@ -84,7 +85,11 @@ def main():
         ):
             result["restarted"] = round(now, 3)
         guard_done = state().get("runs", 0) > runs0 and out("systemctl", "is-active", GUARD) != "activating"
-        if guard_done and "repaired" in result and ("restarted" in result or not expect_restart):
+        if guard_done and (
+            wait == "run"
+            or (wait == "repaired" and "repaired" in result)
+            or (wait == "restart" and "repaired" in result and "restarted" in result)
+        ):
             break
         time.sleep(0.05)
     # Let a second trigger (the guard's own write) finish, then read the final state.

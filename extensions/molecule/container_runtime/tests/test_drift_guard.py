@@ -29,12 +29,12 @@ def probe(host):
         encoded = base64.b64encode(handle.read()).decode()
     host.check_output("echo %s | base64 -d > /root/drift_probe.py" % encoded)
 
-    def run(how, content, expect_restart):
+    def run(how, content, wait):
         # base64: Ansible's shell module splits and templates what it is given.
         encoded = base64.b64encode(content.encode()).decode()
         line = host.check_output(
             "echo %s | base64 -d > /root/drift-content && python3 /root/drift_probe.py %s %s %s"
-            % (encoded, how, "/root/drift-content", "yes" if expect_restart else "no")
+            % (encoded, how, "/root/drift-content", wait)
         )
         result = json.loads(line.splitlines()[-1])
         print(
@@ -72,7 +72,7 @@ def test_the_path_unit_watches_and_the_timer_is_scheduled(host):
 
 @pytest.mark.parametrize(("how", "oom_score"), [("truncate", -501), ("rename", -502), ("recreate", -503)])
 def test_an_overwrite_is_repaired_and_containerd_restarted_once(host, probe, how, oom_score):
-    result = probe(how, default_config(host, oom_score), expect_restart=True)
+    result = probe(how, default_config(host, oom_score), "restart")
     assert "repaired" in result, "the nvidia runtime did not come back within 60 s"
     assert "restarted" in result and result["pid_after"] != result["pid_before"]
     first, *rest = result["history"]
@@ -90,14 +90,14 @@ def test_the_guard_said_what_it_did_in_the_journal(host):
 
 
 def test_the_same_rewrite_again_is_repaired_without_a_restart(host, probe):
-    result = probe("truncate", default_config(host, -503), expect_restart=False)
+    result = probe("truncate", default_config(host, -503), "repaired")
     assert "repaired" in result
     assert result["history"][0]["result"] == "repaired" and result["history"][0]["restarted"] is False
     assert result["pid_after"] == result["pid_before"]
 
 
 def test_a_comment_is_not_an_effective_change(host, probe):
-    result = probe("append", "# an operator's note\n", expect_restart=False)
+    result = probe("append", "# an operator's note\n", "run")
     assert result["runs_after"] > result["runs_before"], "the guard did not run"
     assert [run["result"] for run in result["history"]] == ["in_sync"]
     assert result["pid_after"] == result["pid_before"]
@@ -113,6 +113,38 @@ def test_a_change_the_path_unit_missed_is_repaired_by_the_timers_service(host):
         assert "runtimes.nvidia]" in host.check_output("containerd config dump")
     finally:
         host.check_output("systemctl start %s.path" % GUARD)
+
+
+REFUSE_NVIDIA = "/etc/systemd/system/containerd.service.d/refuse-nvidia.conf"
+
+
+def test_a_repair_containerd_does_not_start_with_is_rolled_back_and_not_retried(host, probe):
+    # A containerd that refuses to start once its config names the nvidia runtime.
+    host.check_output(
+        "mkdir -p %s && printf '[Service]\\nExecStartPre=/bin/sh -c \"! grep -q nvidia %s\"\\n' > %s"
+        " && systemctl daemon-reload" % (os.path.dirname(REFUSE_NVIDIA), CONFIG, REFUSE_NVIDIA)
+    )
+    try:
+        overwrite = default_config(host, -504)
+        result = probe("truncate", overwrite, "run")
+        assert [run["result"] for run in result["history"]] == ["rolled_back"]
+        # content_string: testinfra strips the trailing newline.
+        assert host.file(CONFIG).content_string == overwrite.rstrip("\n"), "not restored as it was"
+        assert host.service("containerd").is_running and result["pid_after"] != result["pid_before"]
+        journal = host.check_output("journalctl -u %s.service --no-pager -o cat" % GUARD)
+        assert "containerd did not come back after the nvidia runtime was restored" in journal
+        assert "Restored the files as they were and restarted containerd: it is active" in journal
+        # The timer's next run does not try the same files again.
+        assert host.run("systemctl start %s.service" % GUARD).rc != 0
+        assert "not repairing %s again" % CONFIG in host.check_output(
+            "journalctl -u %s.service --no-pager -o cat -n 5" % GUARD
+        )
+        assert host.file(CONFIG).content_string == overwrite.rstrip("\n")
+    finally:
+        host.check_output("rm -f %s && systemctl daemon-reload" % REFUSE_NVIDIA)
+    # Once the files change, the guard repairs them again.
+    result = probe("append", "# fixed\n", "restart")
+    assert "restarted" in result
 
 
 def test_containerd_ends_with_the_nvidia_runtime_as_default(host):
