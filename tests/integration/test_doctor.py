@@ -56,8 +56,16 @@ def test_plugin_stopped(healthy_lab, tmp_path):
 
 def test_nvidia_runtime_removed_from_the_config(healthy_lab, tmp_path):
     original = CONTAINERD_TOML.read_text()
-    kept = original.split('\n  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]')[0] + "\n"
-    assert "runtimes.nvidia" not in kept
+    # As a tool that rewrites the file without our entry would: every runtimes.nvidia table
+    # goes, with its lines, wherever it stands and however it is indented.
+    kept, in_nvidia = [], False
+    for line in original.splitlines():
+        if line.lstrip().startswith("["):
+            in_nvidia = "runtimes.nvidia" in line
+        if not in_nvidia:
+            kept.append(line)
+    kept = "\n".join(kept) + "\n"
+    assert "runtimes.nvidia" not in kept and "restrict_oom_score_adj" in kept
     CONTAINERD_TOML.write_text(kept)
     try:
         _proc, findings = doctor(healthy_lab, tmp_path)
