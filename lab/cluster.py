@@ -85,13 +85,17 @@ def run(argv, **kwargs):
         return subprocess.run(argv, check=check, **kwargs)
     except subprocess.CalledProcessError as exc:
         raise LabError(
-            "%s failed (%d): %s" % (" ".join(map(str, argv)), exc.returncode, exc.stderr.strip())
+            "%s failed (%d): %s"
+            % (" ".join(map(str, argv)), exc.returncode, (exc.stderr or "its output is above").strip())
         ) from exc
 
 
 def script_output(script):
-    """Last lines of a lab build script's stdout (the scripts print their results)."""
-    return run(["bash", str(script)], stderr=None, timeout=3600).stdout.strip().splitlines()
+    """Last lines of a lab build script's stdout (the scripts print their results). Its
+    stderr, the progress of builds that take minutes, goes straight to ours."""
+    # Not capture_output with stderr=None: subprocess.run then captures stderr as well.
+    proc = run(["bash", str(script)], capture_output=False, stdout=subprocess.PIPE, timeout=3600)
+    return proc.stdout.strip().splitlines()
 
 
 # --- binaries and images --------------------------------------------------------------

@@ -19,6 +19,14 @@ ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = ROOT / "lab" / "cluster.py"
 VENV_BIN = Path(sys.executable).parent
 PLAYBOOKS = Path(__file__).resolve().parent / "playbooks"
+# Labels and taints with these prefixes are the kubelet's and the node controller's own
+# (kubernetes.io/hostname, node.kubernetes.io/not-ready, ...); anything else on the lab
+# Node was put there by a playbook or a test.
+KUBELET_PREFIXES = ("kubernetes.io/", "beta.kubernetes.io/", "node.kubernetes.io/")
+
+
+def _kubelet_owns(key):
+    return key.startswith(KUBELET_PREFIXES)
 
 
 def cluster(*args, timeout=3600):
@@ -125,6 +133,47 @@ class Lab:
             "patch", "node", self.node, "--type=merge", "-p", json.dumps({"spec": {"taints": taints or None}})
         )
 
+    def add_taint(self, taint):
+        """Add TAINT unless the node has one with its key and effect (the API refuses a
+        duplicate); return the taints as they were, for set_taints to put back."""
+        before = self.taints()
+        if not any((t["key"], t["effect"]) == (taint["key"], taint["effect"]) for t in before):
+            self.set_taints([*before, taint])
+        return before
+
+    def reset_node(self):
+        """Bring the Node back to what the kubelet registered: its own labels, no taints but
+        the node controller's, no gpuops.k8s annotations, schedulable."""
+        node = self.node_object()
+        metadata = node["metadata"]
+        labels = {key: None for key in metadata.get("labels", {}) if not _kubelet_owns(key)}
+        annotations = {key: None for key in metadata.get("annotations", {}) if key.startswith("gpuops.k8s/")}
+        taints = node["spec"].get("taints", [])
+        kept = [t for t in taints if _kubelet_owns(t["key"])]
+        patch = {"metadata": {}, "spec": {}}
+        if labels:
+            patch["metadata"]["labels"] = labels
+        if annotations:
+            patch["metadata"]["annotations"] = annotations
+        if kept != taints:
+            patch["spec"]["taints"] = kept or None
+        if node["spec"].get("unschedulable"):
+            patch["spec"]["unschedulable"] = None
+        if patch != {"metadata": {}, "spec": {}}:
+            self.kubectl("patch", "node", self.node, "--type=merge", "-p", json.dumps(patch))
+        return patch
+
+    def reset(self):
+        """The lab as `make lab-up` leaves it, whatever ran against it before (`make site`,
+        an earlier test session that was cut short): gpuops.k8s's cluster objects taken
+        away by playbooks/uninstall.yml, as a user would, then the Node as the kubelet
+        registered it, and the lab's own device plugin running."""
+        proc = self.inventory_playbook("playbooks/uninstall.yml")
+        assert proc.returncode == 0, "uninstall.yml failed:\n" + proc.stdout[-4000:] + proc.stderr[-2000:]
+        self.reset_node()
+        if not self.running("device-plugin"):
+            self.control("start", "device-plugin")
+
     def control(self, action, component):
         """restart, stop or start one of the lab's components."""
         proc = cluster(action, component, timeout=120)
@@ -147,10 +196,21 @@ def lab():
         proc = cluster("up", "--device-plugin", "gpuops")
         assert proc.returncode == 0, "lab/cluster.py up failed:\n%s" % proc.stderr[-6000:]
     exports = dict(line.removeprefix("export ").split("=", 1) for line in cluster("env").stdout.splitlines())
-    yield Lab(exports)
+    lab = Lab(exports)
+    # Whatever ran against the lab before this session (`make site` keeps its labels, taints
+    # and RuntimeClass; `make lab-down` keeps etcd) is taken away first.
+    lab.reset()
+    yield lab
     if not was_up:
         proc = cluster("down", timeout=300)
         assert proc.returncode == 0, "lab/cluster.py down failed:\n%s" % proc.stderr[-6000:]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def lab_node_baseline(lab):
+    """Each test module starts on the Node as the kubelet registered it, even when an
+    earlier module failed before its own clean-up (one read; a patch only if needed)."""
+    lab.reset_node()
 
 
 @pytest.fixture(scope="session")

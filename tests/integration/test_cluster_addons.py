@@ -29,8 +29,7 @@ def test_addons_exist_converge_and_go(lab):
     variables = {"cluster_addons_gpu_quotas": [{"namespace": QUOTA_NS, "gpus": 4}]}
     # The lab node as a GPU node: the label and taint gpu_node_labels would set.
     lab.kubectl("label", "node", lab.node, "nvidia.com/gpu.present=true", "--overwrite")
-    taints = lab.taints()
-    lab.set_taints([*taints, GPU_TAINT])
+    taints = lab.add_taint(GPU_TAINT)
     try:
         first = lab.playbook("cluster_addons.yml", variables)
         assert first["_rc"] == 0, first
@@ -90,11 +89,22 @@ def test_addons_exist_converge_and_go(lab):
     assert lab.kubectl("get", "priorityclass", "gpu-workload", check=False).returncode != 0
 
 
+def addon_objects(lab):
+    """The add-ons' cluster-wide objects as they stand (absent ones as None)."""
+    found = {}
+    for kind, name in (("runtimeclass", "nvidia"), ("priorityclass", "gpu-workload")):
+        proc = lab.kubectl("get", kind, name, "-o", "json", check=False)
+        found[kind] = json.loads(proc.stdout)["metadata"]["resourceVersion"] if proc.returncode == 0 else None
+    return found
+
+
 def test_bad_quota_entry_names_the_field(lab):
+    before = addon_objects(lab)
     results = lab.playbook(
         "cluster_addons.yml", {"cluster_addons_gpu_quotas": [{"namespace": "ml", "gpus": "lots"}]}
     )
     assert results["_rc"] != 0
     message = json.dumps(results["Check the quota entries"])
     assert "cluster_addons_gpu_quotas[0]" in message and "gpus (a whole number >= 0)" in message
-    assert lab.kubectl("get", "runtimeclass", "nvidia", check=False).returncode != 0
+    # The bad entry is refused before anything is written: no add-on created or changed.
+    assert addon_objects(lab) == before

@@ -18,7 +18,7 @@ def test_nvidia_mode_applies_the_pinned_daemonset(lab):
 
         daemonset = lab.get("daemonset", "nvidia-device-plugin-daemonset", "-n", "kube-system")
         pod = daemonset["spec"]["template"]["spec"]
-        assert pod["containers"][0]["image"] == "nvcr.io/nvidia/k8s-device-plugin:v0.18.2"
+        assert pod["containers"][0]["image"] == "nvcr.io/nvidia/k8s-device-plugin:v0.20.0"
         assert pod["priorityClassName"] == "system-node-critical"
         assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
         assert pod["volumes"][0]["hostPath"]["path"] == "/var/lib/kubelet/device-plugins"

@@ -15,9 +15,8 @@ FOREIGN_TAINT = {"key": "dedicated", "value": "ml", "effect": "PreferNoSchedule"
 @pytest.fixture
 def node(lab):
     """The lab node with one foreign label and one foreign taint; both must survive."""
-    taints = lab.taints()
     lab.kubectl("label", "node", lab.node, "team=ml", "--overwrite")
-    lab.set_taints([*taints, FOREIGN_TAINT])
+    taints = lab.add_taint(FOREIGN_TAINT)
     yield lab
     lab.playbook("gpu_node.yml", {"gpu_node_state": "absent"})
     lab.kubectl("label", "node", lab.node, "team-")

@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Device plugins against the lab's real kubelet and API server (H100 profile, mock NVML):
-ours, and NVIDIA's v0.18.2 as the reference that the same kubelet accepts the same way."""
+ours, and NVIDIA's v0.20.0 as the reference that the same kubelet accepts the same way."""
 
 from __future__ import annotations
 
@@ -32,8 +32,7 @@ def nvidia_plugin_command():
         check=False,
         timeout=1800,
     )
-    if build.returncode == 3:  # no Go toolchain or module here: said on its last stderr line
-        pytest.skip(build.stderr.strip().splitlines()[-1])
+    # No skip when it cannot be built (exit 3): the peer is part of what this suite proves.
     assert build.returncode == 0, build.stderr
     binary = os.path.join(build.stdout.strip().splitlines()[-1], "nvidia-device-plugin")
     return [binary, "--kubelet-socket", os.path.join(PLUGIN_DIR, "kubelet.sock")]

@@ -56,7 +56,8 @@ def test_passes_with_the_plugin_and_reports(lab, mock_lib, tmp_path, plugin):
     suite = ET.parse(junit).getroot()
     assert suite.get("tests") == "1" and suite.get("failures") == "0"
     # The test pod is cleaned up.
-    assert lab.kubectl("get", "pods", "-n", "default", "-o", "name").stdout.strip() == ""
+    pods = lab.kubectl("get", "pods", "-n", "default", "-o", "name").stdout.split()
+    assert not [pod for pod in pods if pod.startswith("pod/gpuops-validate-")], pods
 
 
 def test_fails_with_a_reason_when_the_plugin_is_stopped(lab, mock_lib, tmp_path, no_lab_plugin):
