@@ -3,10 +3,14 @@
 # from the Go module proxy, to run next to ours against the mock NVML
 # (tests/mocknvml/build.sh).
 #
-# Output: ${GPUOPS_CACHE:-<repo>/.cache}/nvidia-device-plugin/<version>/nvidia-device-plugin.
+# Output: ${GPUOPS_LAB_CACHE:-~/.cache/gpuops-lab}/nvidia-device-plugin/<version>/nvidia-device-plugin,
+# outside the work tree so that a fresh clone on the same machine (CI) reuses it.
 # The last line on stdout is that directory; everything else goes to stderr. An existing
 # binary is reused (delete the directory to rebuild). NVIDIA_PLUGIN_VERSION picks another
-# release (the proxy here serves v0.17.2 to v0.19.0).
+# release. The proxy here lists no versions and serves only some exact ones: v0.19.1 is the
+# newest it serves (2026-11-24: v0.19.2, v0.20.0 and v0.20.1 answer 403 "This module
+# version is not available"), so the peer stays one release behind the DaemonSet pin
+# (roles/device_plugin device_plugin_nvidia_version, v0.20.0) until the proxy serves it.
 #
 # Exit status:
 #   0  built, or already there
@@ -16,12 +20,11 @@
 #   1  the build broke (anything else)
 set -euo pipefail
 
-VERSION=${NVIDIA_PLUGIN_VERSION:-v0.18.2}
+VERSION=${NVIDIA_PLUGIN_VERSION:-v0.19.1}
 MODULE=github.com/NVIDIA/k8s-device-plugin
 PACKAGE=$MODULE/cmd/nvidia-device-plugin
 BINARY=nvidia-device-plugin
-REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-OUT_DIR=${GPUOPS_CACHE:-$REPO_ROOT/.cache}/nvidia-device-plugin/$VERSION
+OUT_DIR=${GPUOPS_LAB_CACHE:-$HOME/.cache/gpuops-lab}/nvidia-device-plugin/$VERSION
 
 unavailable() {
     echo "NVIDIA device plugin unavailable: $*" >&2
