@@ -1,0 +1,482 @@
+# Copyright (c) gpuops.k8s contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""_doctor.diagnose: each finding's check, severity, message and fix, from registered results.
+
+The observations are shaped as Ansible registers them (stat, find, slurp, k8s_info,
+gpu_info, nvidia_runtime and gpu_node results). Messages and fixes are asserted in full:
+users read them, scripts match on them (tests/integration/test_doctor.py does too).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import base64
+import copy
+import json
+
+import pytest
+
+from ansible_collections.gpuops.k8s.plugins.module_utils import _doctor as doc
+
+RESOURCE = "nvidia.com/gpu"
+SETTINGS = {
+    "runtime": "containerd",
+    "runtime_name": "nvidia",
+    "runtime_path": "/usr/bin/nvidia-container-runtime",
+    "runtime_is_default": False,
+    "runtime_class": "nvidia",
+    "plugin_dir": "/var/lib/kubelet/device-plugins",
+    "resource": RESOURCE,
+    "node_name": "gpu-01",
+    "replicas": 1,
+    "dcgm_exporter_namespace": "gpuops-system",
+}
+
+
+def checkpoint(devices):
+    data = {"Data": {"PodDeviceEntries": None, "RegisteredDevices": devices}, "Checksum": 1}
+    return {"content": base64.b64encode(json.dumps(data).encode()).decode(), "encoding": "base64"}
+
+
+def ready_pod(name, ready="True"):
+    return {"metadata": {"name": name}, "status": {"conditions": [{"type": "Ready", "status": ready}]}}
+
+
+def healthy(gpus=4):
+    """Every observation of a healthy node with gpus GPUs, as the role registers them."""
+    return {
+        "gpu": {
+            "gpu_count": gpus,
+            "nvml": {"available": True, "reason": None, "error": None},
+            "lost_gpus": [],
+        },
+        "driver_module": {"changed": False, "stat": {"exists": True}},
+        "device_nodes": {"changed": False, "matched": gpus + 1, "files": []},
+        "toolkit": {"changed": False, "stat": {"exists": True}},
+        "runtime_check": {"changed": False, "failed": False, "changed_files": [], "restart_required": False},
+        "runtime_class_info": {"resources": [{"metadata": {"name": "nvidia"}, "handler": "nvidia"}]},
+        "plugin_sockets": {"matched": 1},
+        "checkpoint": checkpoint({RESOURCE: ["GPU-%d" % i for i in range(gpus)]}),
+        "node": {"resources": [{"status": {"allocatable": {RESOURCE: str(gpus), "cpu": "16"}}}]},
+        "labels": {"changed": False, "nodes": [{"name": "gpu-01", "changed": False}]},
+        "dcgm_pods": {"resources": [ready_pod("dcgm-exporter-7x2kq")]},
+        "dcgm_ds": {"resources": [{"metadata": {"name": "dcgm-exporter"}}]},
+    }
+
+
+def diagnose(changes=None, settings=None, skip=()):
+    observed = healthy()
+    for key, value in (changes or {}).items():
+        observed[key] = value
+    return doc.diagnose(observed, dict(SETTINGS, **(settings or {})), skip)
+
+
+def only(findings):
+    assert len(findings) == 1, findings
+    return findings[0]
+
+
+def test_healthy_node_has_no_findings():
+    assert doc.diagnose(healthy(), SETTINGS) == []
+
+
+def test_driver_module_missing():
+    assert only(diagnose({"driver_module": {"stat": {"exists": False}}})) == {
+        "check": "driver_module",
+        "severity": "fail",
+        "message": "the NVIDIA kernel module is not loaded (no /proc/driver/nvidia/version)",
+        "fix": "install the driver (role nvidia_driver) and reboot, or load it with modprobe nvidia; "
+        "check dmesg for NVRM errors and Secure Boot",
+    }
+
+
+def test_no_device_nodes():
+    assert only(diagnose({"device_nodes": {"matched": 0, "files": []}})) == {
+        "check": "device_nodes",
+        "severity": "fail",
+        "message": "no /dev/nvidia[0-9]* device nodes",
+        "fix": "load the driver; nvidia-persistenced or nvidia-modprobe creates the nodes "
+        "(role nvidia_driver enables persistence)",
+    }
+
+
+def test_driver_library_missing():
+    gpu = {
+        "gpu_count": 0,
+        "nvml": {
+            "available": False,
+            "reason": "library_not_found",
+            "error": "libnvidia-ml.so.1: cannot open",
+        },
+        "lost_gpus": [],
+    }
+    findings = diagnose({"gpu": gpu})
+    assert findings[0] == {
+        "check": "nvml",
+        "severity": "fail",
+        "message": "the driver library libnvidia-ml.so.1 is missing: libnvidia-ml.so.1: cannot open",
+        "fix": "install the driver user-space libraries (role nvidia_driver; Debian package libnvidia-ml1)",
+    }
+    # No GPU counted: the plugin and allocatable checks have nothing to compare.
+    assert [f["check"] for f in findings] == ["nvml"]
+
+
+def test_nvml_does_not_start():
+    gpu = {
+        "gpu_count": 0,
+        "nvml": {"available": False, "reason": "driver_not_loaded", "error": "Driver Not Loaded"},
+    }
+    assert only(diagnose({"gpu": gpu})) == {
+        "check": "nvml",
+        "severity": "fail",
+        "message": "NVML does not start: Driver Not Loaded",
+        "fix": "the library and the kernel module must be the same driver version; "
+        "reboot after a driver upgrade",
+    }
+
+
+def test_nvml_sees_no_gpu():
+    gpu = {"gpu_count": 0, "nvml": {"available": True}, "lost_gpus": []}
+    assert only(diagnose({"gpu": gpu})) == {
+        "check": "nvml",
+        "severity": "fail",
+        "message": "NVML works but sees no GPU",
+        "fix": "check that the GPUs are on the PCI bus (lspci -d 10de:) and not passed through to a VM",
+    }
+
+
+def test_each_lost_gpu_is_a_finding_and_no_gpu_is_not_one_more():
+    lost = [{"index": 3, "error": "GPU is lost"}, {"index": 5, "error": "Unknown Error"}]
+    gpu = {"gpu_count": 0, "nvml": {"available": True}, "lost_gpus": lost}
+    findings = diagnose({"gpu": gpu})
+    fix = (
+        "drain the node, then reset the GPU (nvidia-smi -r) or reboot; "
+        "replace it if it falls off the bus again"
+    )
+    assert findings == [
+        {"check": "nvml", "severity": "fail", "message": "GPU 3 is lost (GPU is lost)", "fix": fix},
+        {"check": "nvml", "severity": "fail", "message": "GPU 5 is lost (Unknown Error)", "fix": fix},
+    ]
+
+
+def test_a_lost_gpu_beside_working_ones():
+    observed = healthy(gpus=7)
+    observed["gpu"]["lost_gpus"] = [{"index": 3, "error": "GPU is lost"}]
+    observed["node"]["resources"][0]["status"]["allocatable"][RESOURCE] = "7"
+    assert [f["message"] for f in doc.diagnose(observed, SETTINGS)] == ["GPU 3 is lost (GPU is lost)"]
+
+
+def test_toolkit_missing_names_the_binary():
+    settings = {"runtime_path": "/opt/nvidia/bin/nvidia-container-runtime"}
+    assert only(diagnose({"toolkit": {"stat": {"exists": False}}}, settings)) == {
+        "check": "toolkit",
+        "severity": "fail",
+        "message": "/opt/nvidia/bin/nvidia-container-runtime is missing (NVIDIA Container Toolkit)",
+        "fix": "install it (role nvidia_container_toolkit)",
+    }
+
+
+def test_runtime_missing_names_every_file_to_change():
+    files = ["/etc/containerd/config.toml", "/etc/containerd/conf.d/99-nvidia.toml"]
+    result = {"changed": False, "failed": False, "changed_files": files, "restart_required": True}
+    assert only(diagnose({"runtime_check": result})) == {
+        "check": "runtime",
+        "severity": "fail",
+        "message": "the nvidia runtime is missing from (or differs in) "
+        "/etc/containerd/config.toml, /etc/containerd/conf.d/99-nvidia.toml",
+        "fix": "run role container_runtime (it restores the entry and restarts containerd only on a real "
+        "change); if another tool rewrote the file, that tool dropped it",
+    }
+
+
+def test_runtime_finding_names_the_runtime_and_its_entry():
+    result = {"changed_files": ["/etc/crio/crio.conf"]}
+    finding = only(diagnose({"runtime_check": result}, {"runtime": "crio", "runtime_name": "nvidia-gpu"}))
+    assert finding["message"] == "the nvidia-gpu runtime is missing from (or differs in) /etc/crio/crio.conf"
+    assert "restarts crio only on a real change" in finding["fix"]
+
+
+def test_runtime_config_that_cannot_be_read():
+    # As registered with ignore_errors: the module's failure and its message.
+    result = {
+        "changed": False,
+        "failed": True,
+        "msg": "/etc/containerd/config.toml line 2, column 8: Unexpected character: '\\n'; "
+        "the file is left untouched",
+        "restart_required": False,
+    }
+    assert only(diagnose({"runtime_check": result})) == {
+        "check": "runtime",
+        "severity": "fail",
+        "message": "the containerd configuration cannot be read: /etc/containerd/config.toml line 2, "
+        "column 8: Unexpected character: '\\n'; the file is left untouched",
+        "fix": "fix the file named in the message, then run role container_runtime",
+    }
+
+
+def test_runtime_check_skipped_is_no_finding():
+    assert diagnose({"runtime_check": {"skipped": True, "changed": False}}) == []
+
+
+def test_runtime_class_missing_when_nvidia_is_not_the_default():
+    assert only(diagnose({"runtime_class_info": {"resources": []}})) == {
+        "check": "runtime_class",
+        "severity": "warn",
+        "message": "nvidia is not the default runtime and RuntimeClass nvidia does not exist: "
+        "pods get no GPU libraries",
+        "fix": "run role cluster_addons (RuntimeClass), or set the runtime as default",
+    }
+
+
+def test_runtime_class_not_needed_when_nvidia_is_the_default():
+    assert diagnose({"runtime_class_info": {"resources": []}}, {"runtime_is_default": True}) == []
+
+
+def test_no_plugin_socket():
+    assert only(diagnose({"plugin_sockets": {"matched": 0}})) == {
+        "check": "plugin",
+        "severity": "fail",
+        "message": "no device plugin socket in /var/lib/kubelet/device-plugins: "
+        "the device plugin is not running",
+        "fix": "start it (role device_plugin; systemctl status gpuops-device-plugin, "
+        "or the nvidia-device-plugin pod)",
+    }
+
+
+@pytest.mark.parametrize(
+    "checkpoint_result",
+    [
+        checkpoint({}),
+        checkpoint({"example.com/fpga": ["f0"]}),
+        {
+            "failed": False,
+            "msg": "file not found: /var/lib/kubelet/device-plugins/kubelet_internal_checkpoint",
+        },
+        {"content": base64.b64encode(b"not json").decode()},
+        {"content": "%%% not base64"},
+        {"content": base64.b64encode(b"[]").decode()},
+    ],
+    ids=["no-devices", "other-resource", "no-checkpoint", "not-json", "not-base64", "not-an-object"],
+)
+def test_socket_without_registration(checkpoint_result):
+    assert only(diagnose({"checkpoint": checkpoint_result})) == {
+        "check": "plugin",
+        "severity": "fail",
+        "message": "a plugin socket exists but the kubelet has no nvidia.com/gpu devices registered",
+        "fix": "check the plugin's log for its Register call; "
+        "restart the kubelet if its kubelet.sock is stale",
+    }
+
+
+def test_plugin_and_allocatable_are_not_checked_without_gpus():
+    observed = healthy(gpus=0)
+    observed["gpu"]["lost_gpus"] = [{"index": 0, "error": "GPU is lost"}]
+    observed["plugin_sockets"] = {"matched": 0}
+    observed["node"]["resources"][0]["status"]["allocatable"] = {}
+    assert [f["check"] for f in doc.diagnose(observed, SETTINGS)] == ["nvml"]
+
+
+def test_node_not_in_the_cluster():
+    finding = only(diagnose({"node": {"resources": []}}))
+    assert finding == {
+        "check": "allocatable",
+        "severity": "fail",
+        "message": "Node gpu-01 does not exist in the cluster",
+        "fix": "join the node (kubeadm join), or set gpu_doctor_node_name to its Node name",
+    }
+
+
+def test_node_not_in_the_cluster_is_reported_even_when_allocatable_is_skipped():
+    assert [f["message"] for f in diagnose({"node": {"resources": []}}, skip=["allocatable"])] == [
+        "Node gpu-01 does not exist in the cluster"
+    ]
+
+
+def test_fewer_allocatable_than_gpus_times_replicas():
+    node = {"resources": [{"status": {"allocatable": {RESOURCE: "6"}}}]}
+    assert only(diagnose({"node": node}, {"replicas": 2})) == {
+        "check": "allocatable",
+        "severity": "fail",
+        "message": "allocatable nvidia.com/gpu is 6, expected 8 (4 GPUs found x 2)",
+        "fix": "fewer means GPUs marked Unhealthy (see the plugin log for XIDs) or a plugin not registered; "
+        "more means stale sharing settings",
+    }
+
+
+def test_no_allocatable_entry_counts_as_zero():
+    node = {"resources": [{"status": {"allocatable": {"cpu": "16"}}}]}
+    assert (
+        only(diagnose({"node": node}))["message"]
+        == "allocatable nvidia.com/gpu is 0, expected 4 (4 GPUs found x 1)"
+    )
+
+
+def test_allocatable_matching_replicas_is_healthy():
+    node = {"resources": [{"status": {"allocatable": {RESOURCE: "16"}}}]}
+    assert diagnose({"node": node}, {"replicas": 4}) == []
+
+
+def test_labels_not_current_lists_three_keys_per_verb():
+    result = {
+        "changed": False,
+        "nodes": [
+            {
+                "name": "gpu-01",
+                "changed": True,
+                "labels_added": ["nvidia.com/gpu.product", "nvidia.com/gpu.count", "nvidia.com/gpu.memory"],
+                "taints_added": ["nvidia.com/gpu=present:NoSchedule"],
+                "labels_updated": ["accelerator"],
+                "labels_removed": [],
+                "taints_removed": [],
+            }
+        ],
+    }
+    assert only(diagnose({"labels": result})) == {
+        "check": "labels",
+        "severity": "warn",
+        "message": "GPU labels or taints are not current (to add 4: nvidia.com/gpu.product, "
+        "nvidia.com/gpu.count, nvidia.com/gpu.memory, ...; to update 1: accelerator)",
+        "fix": "run role gpu_node_labels",
+    }
+
+
+def test_labels_only_removals():
+    result = {
+        "nodes": [
+            {
+                "changed": True,
+                "labels_added": [],
+                "taints_added": [],
+                "labels_updated": [],
+                "labels_removed": ["nvidia.com/mig.strategy"],
+                "taints_removed": ["nvidia.com/gpu=present:NoSchedule"],
+            }
+        ]
+    }
+    assert only(diagnose({"labels": result}))["message"] == (
+        "GPU labels or taints are not current "
+        "(to remove 2: nvidia.com/mig.strategy, nvidia.com/gpu=present:NoSchedule)"
+    )
+
+
+@pytest.mark.parametrize(
+    "labels_result",
+    [
+        {"skipped": True, "changed": False},
+        {"changed": False, "failed": False, "msg": "Failed to get client due to HTTPSConnectionPool"},
+    ],
+    ids=["skipped", "api-error"],
+)
+def test_labels_not_checked_is_no_finding(labels_result):
+    assert diagnose({"labels": labels_result}) == []
+
+
+def test_dcgm_exporter_without_a_pod_on_the_node():
+    assert only(diagnose({"dcgm_pods": {"resources": []}})) == {
+        "check": "dcgm_exporter",
+        "severity": "warn",
+        "message": "dcgm-exporter has no pod on the node",
+        "fix": "the node lacks the nvidia.com/gpu.present label or the DaemonSet does not tolerate its taint "
+        "(roles gpu_node_labels, cluster_addons)",
+    }
+
+
+@pytest.mark.parametrize(
+    "pod",
+    [ready_pod("dcgm-exporter-7x2kq", "False"), {"metadata": {"name": "dcgm-exporter-7x2kq"}, "status": {}}],
+    ids=["not-ready", "no-conditions"],
+)
+def test_dcgm_exporter_pod_not_ready(pod):
+    assert only(diagnose({"dcgm_pods": {"resources": [pod]}})) == {
+        "check": "dcgm_exporter",
+        "severity": "warn",
+        "message": "dcgm-exporter pod dcgm-exporter-7x2kq is not Ready",
+        "fix": "kubectl -n gpuops-system describe pod dcgm-exporter-7x2kq "
+        "(image pull, SYS_ADMIN, the pod-resources mount)",
+    }
+
+
+def test_dcgm_exporter_not_checked_without_its_daemonset():
+    assert diagnose({"dcgm_ds": {"resources": []}, "dcgm_pods": {"resources": []}}) == []
+
+
+def broken():
+    """A node where every check has something to say."""
+    return {
+        "gpu": {
+            "gpu_count": 2,
+            "nvml": {"available": True},
+            "lost_gpus": [{"index": 1, "error": "GPU is lost"}],
+        },
+        "driver_module": {"stat": {"exists": False}},
+        "device_nodes": {"matched": 0},
+        "toolkit": {"stat": {"exists": False}},
+        "runtime_check": {"changed_files": ["/etc/containerd/config.toml"]},
+        "runtime_class_info": {"resources": []},
+        "plugin_sockets": {"matched": 0},
+        "checkpoint": {},
+        "node": {"resources": [{"status": {"allocatable": {}}}]},
+        "labels": {"nodes": [{"changed": True, "labels_added": ["a"]}]},
+        "dcgm_pods": {"resources": []},
+        "dcgm_ds": {"resources": [{}]},
+    }
+
+
+def test_findings_come_in_check_order():
+    assert [f["check"] for f in doc.diagnose(broken(), SETTINGS)] == list(doc.CHECKS)
+
+
+@pytest.mark.parametrize("skipped", doc.CHECKS)
+def test_a_skipped_check_reports_nothing(skipped):
+    checks = [f["check"] for f in doc.diagnose(broken(), SETTINGS, [skipped])]
+    assert checks == [check for check in doc.CHECKS if check != skipped]
+
+
+def test_a_check_runs_only_with_all_its_observations():
+    observed = broken()
+    del observed["checkpoint"]  # plugin reads gpu, plugin_sockets and checkpoint
+    del observed["dcgm_pods"]
+    checks = [f["check"] for f in doc.diagnose(observed, SETTINGS)]
+    assert checks == [check for check in doc.CHECKS if check not in ("plugin", "dcgm_exporter")]
+
+
+def test_one_check_alone_needs_only_its_own_settings():
+    observed = {"runtime_check": {"changed_files": ["/etc/crio/crio.conf"]}}
+    findings = doc.diagnose(observed, {"runtime": "crio", "runtime_name": "nvidia"})
+    assert [f["message"] for f in findings] == [
+        "the nvidia runtime is missing from (or differs in) /etc/crio/crio.conf"
+    ]
+
+
+def test_a_check_without_its_setting_is_an_error():
+    with pytest.raises(
+        doc.DoctorInputError, match=r"^the runtime check needs the setting\(s\) runtime_name$"
+    ):
+        doc.diagnose({"runtime_check": {}}, {"runtime": "crio"})
+
+
+@pytest.mark.parametrize(
+    "observed, settings, skip, unknown",
+    [
+        ({"runtime": {}}, {}, (), "runtime"),
+        ({}, {"runtime_config": ""}, (), "runtime_config"),
+        ({}, {}, ("plugins",), "plugins"),
+    ],
+)
+def test_unknown_names_are_errors(observed, settings, skip, unknown):
+    with pytest.raises(doc.DoctorInputError, match="^unknown observation, setting or check: %s$" % unknown):
+        doc.diagnose(observed, settings, skip)
+
+
+def test_inputs_are_not_changed():
+    observed, settings = broken(), dict(SETTINGS)
+    before = copy.deepcopy((observed, settings))
+    doc.diagnose(observed, settings, ["labels"])
+    assert (observed, settings) == before
+
+
+def test_settings_are_the_ones_the_checks_read():
+    assert set(doc.SETTINGS) == set(SETTINGS)
