@@ -18,6 +18,6 @@ if [ ${#need[@]} -gt 0 ]; then
     exit 1
   fi
   echo "lab: installing ${need[*]}" >&2
-  DEBIAN_FRONTEND=noninteractive apt-get update -q >&2
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need[@]}" >&2
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 update -q >&2
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -q --no-install-recommends "${need[@]}" >&2
 fi

@@ -75,8 +75,13 @@ def job_pod(node):
     }
 
 
+# apt and dpkg wait for each other's lock (another install on the machine, an unattended
+# upgrade) instead of failing at once.
+APT = ("apt-get", "-o", "DPkg::Lock::Timeout=300")
+
+
 def sh(*argv):
-    proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=300)
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=900)
     assert proc.returncode == 0, "%s failed: %s" % (" ".join(argv), proc.stderr[-2000:])
     return proc.stdout
 
@@ -87,7 +92,7 @@ def installed_driver():
 
 def apt_update_lab_source():
     sh(
-        "apt-get", "update", "-qq",
+        *APT, "update", "-qq",
         "-o", "Dir::Etc::sourcelist=%s" % SOURCE,
         "-o", "Dir::Etc::sourceparts=-",
         "-o", "APT::Get::List-Cleanup=0",
@@ -104,7 +109,7 @@ def lab_driver(lab):
     SOURCE.write_text("deb [trusted=yes] file:%s ./\n" % repo)
     try:
         apt_update_lab_source()
-        sh("apt-get", "install", "-y", "-qq", "--allow-downgrades", "gpuops-lab-driver=%s-1" % OLD)
+        sh(*APT, "install", "-y", "-qq", "--allow-downgrades", "gpuops-lab-driver=%s-1" % OLD)
         if not lab.running("device-plugin"):
             lab.control("start", "device-plugin")
         lab.control("profile", "/usr/share/gpuops-lab-driver/profile.yaml")
@@ -120,7 +125,7 @@ def lab_driver(lab):
         lab.kubectl("annotate", "node", lab.node, FAILURE + "-", "gpuops.k8s/driver-upgrade-cordoned-")
         lab.control("profile", DEFAULT_PROFILE)
         subprocess.run(
-            ["apt-get", "purge", "-y", "-qq", "gpuops-lab-driver"], check=False, capture_output=True
+            [*APT, "purge", "-y", "-qq", "gpuops-lab-driver"], check=False, capture_output=True
         )
         SOURCE.unlink(missing_ok=True)
         for stale in Path("/var/lib/apt/lists").glob("*%s*" % str(repo).strip("/").replace("/", "_")):
