@@ -124,9 +124,7 @@ def lab_driver(lab):
         lab.kubectl("label", "node", lab.node, STATE + "-")
         lab.kubectl("annotate", "node", lab.node, FAILURE + "-", "gpuops.k8s/driver-upgrade-cordoned-")
         lab.control("profile", DEFAULT_PROFILE)
-        subprocess.run(
-            [*APT, "purge", "-y", "-qq", "gpuops-lab-driver"], check=False, capture_output=True
-        )
+        subprocess.run([*APT, "purge", "-y", "-qq", "gpuops-lab-driver"], check=False, capture_output=True)
         SOURCE.unlink(missing_ok=True)
         for stale in Path("/var/lib/apt/lists").glob("*%s*" % str(repo).strip("/").replace("/", "_")):
             stale.unlink()
