@@ -192,7 +192,7 @@ def test_without_the_file_the_downloads_are_upstream(facts, tmp_path):
     got = resolve("gpu-node-1,", NAMES, facts=facts, exprs=exprs(family), extra=EXTRA, tmp_path=tmp_path)[
         "gpu-node-1"
     ]
-    hosts = {host_of(src) for _, src in sources(got, family)}
+    hosts = {host_of(found[1]) for found in sources(got, family)}
     expected = {"nvidia.github.io", "nvcr.io", "pypi.org", "helm.ngc.nvidia.com", "registry.k8s.io"}
     if family == "RedHat":
         expected.add("developer.download.nvidia.com")
@@ -205,7 +205,7 @@ def test_mirrored_images_are_the_pinned_ones(tmp_path):
     mirrored = resolve(AIR_GAPPED, names, limit="gpu-node-01.example.internal", tmp_path=tmp_path)
     defaults = resolve("gpu-node-1,", names, tmp_path=tmp_path)["gpu-node-1"]
     for name in names:
-        registry, _, path = mirrored["gpu-node-01.example.internal"][name].partition("/")
+        registry, path = mirrored["gpu-node-01.example.internal"][name].split("/", 1)
         assert registry == "registry.example.internal", name
         assert defaults[name] == "nvcr.io/" + path, name
 
