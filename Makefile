@@ -28,7 +28,7 @@ site: lab-up  ## Run the main job (playbooks/site.yml) against the local lab (br
 
 .PHONY: test
 test: venv  ## Run every gate and test suite (what CI runs)
-	@bash scripts/run-gates.sh lint ansible-lint sanity units pytest integration build molecule
+	@bash scripts/run-gates.sh lint ansible-lint sanity units pytest integration build ee molecule
 
 .PHONY: lint
 lint: venv  ## ruff lint and format check; docs/variables.md up to date with the roles' specs
@@ -72,6 +72,10 @@ pytest: venv  ## pytest: tests/functional (the ansible CLI, real libraries) and 
 .PHONY: build
 build: venv  ## Build the collection tarball and install it into a clean collections path
 	bash scripts/check-build.sh
+
+.PHONY: ee
+ee: venv  ## ansible-builder: the EE build context lists our dependencies; modules import in a venv made from it
+	bash scripts/check-ee.sh
 
 .PHONY: lab-deps
 lab-deps:  ## Install what the lab needs on this host (podman, runc, debootstrap)
