@@ -16,6 +16,7 @@ from __future__ import absolute_import, annotations, division, print_function
 __metaclass__ = type
 
 import dataclasses
+import json
 import os
 from typing import Any
 
@@ -470,3 +471,20 @@ def served(record: dict[str, Any], where: str = "device_plugin") -> Config:
     if mode == "gpuops":
         refuse_unserved(config)
     return config
+
+
+# Where the device_plugin role records, on each node, what the node's plugin serves.
+RECORD_PATH = "/etc/gpuops-device-plugin/served.json"
+
+
+def read_record(path=RECORD_PATH):
+    """The device_plugin role's record on this node (JSON), or None when there is none."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot be read: {error.strerror}") from None
+    except ValueError as error:
+        raise ConfigError(f"{path}: not valid JSON: {error}") from None
