@@ -402,13 +402,14 @@ def run(module):
             % (", ".join(sorted(set(g["name"] for g in gpus))), gpus[0]["index"])
         )
     machine = nvml.read_machine_type(params["sysfs_root"])
+    labels, refused = None, None
     try:
         labels = gfd.render(found["system"], gpus, machine=machine, plugin=plugin)
     except gfd.LabelError as error:
-        labels = None
         refused = str(error)
-    if labels is None:
-        module.fail_json(msg=refused, **dict(result, gpus=gpus, lost_gpus=lost))
+    # Failed outside the except block, as above.
+    if refused is not None:
+        module.fail_json(msg=refused, **dict(result, gpus=gpus, gpu_count=len(gpus), lost_gpus=lost))
     result.update(
         gpus=gpus,
         gpu_count=len(gpus),

@@ -289,6 +289,16 @@ def test_a_bad_device_plugin_configuration_fails_naming_the_field(mocknvml, sysf
     )
 
 
+def test_mps_on_mig_gpus_fails_like_gfd(mocknvml, sysfs):
+    # NVIDIA's plugin with MPS on a node with MIG enabled: GFD refuses to label it.
+    config = {"sharing": {"mps": {"resources": [{"name": "nvidia.com/gpu", "replicas": 2}]}}}
+    result = gpu_info(mocknvml, sysfs, A100_MIG, device_plugin={"mode": "nvidia", "config": config})
+    assert result["failed"] is True
+    assert "MPS sharing is not supported on MIG-enabled GPUs (GPU 0, 1, 2)" in result["msg"]
+    assert result["gpu_count"] == len(result["gpus"]) == 8
+    assert "Traceback" not in str(result)
+
+
 def test_no_gpu(mocknvml, sysfs):
     # YAML cannot describe zero GPUs (an empty device list means 8): use the env path.
     env = mock_env(mocknvml, MOCK_NVML_NUM_DEVICES=0)
