@@ -319,6 +319,18 @@ def test_gfd_mig_strategy_single(case, gpus, expected):
     assert resource_part(labels_for(gpus, pc.Config(mig_strategy="single"))) == expected, case
 
 
+def test_single_with_an_empty_mig_enabled_gpu_beside_a_valid_one_is_invalid():
+    # Not one of GFD's test cases, its code: mig-strategy.go newMigStrategySingleLabeler
+    # checks AnyMigEnabledDeviceIsEmpty before anything else, so one empty MIG-enabled GPU
+    # makes the node invalid even when every other GPU has the same single profile (and
+    # NVIDIA's plugin refuses it: internal/rm/device_map.go assertAllMigDevicesAreValid).
+    node = [mock_mig_enabled(0, mock_mig(1, 2, 100)), mock_mig_enabled(1)]
+    assert resource_part(labels_for(node, pc.Config(mig_strategy="single"))) == INVALID
+    with pytest.raises(pr.MigLayoutError) as refused:
+        pr.offered(node, pc.Config(mig_strategy="single"))
+    assert refused.value.reason == "empty"
+
+
 def test_gfd_single_through_the_whole_labeler():
     # GFD cmd/gpu-feature-discovery/mig_test.go, TestMigStrategySingle: two 3g.20gb
     # devices on one MIG-enabled GPU give count 2, product MOCKMODEL-MIG-3g.20gb, memory 20.
