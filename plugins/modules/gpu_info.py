@@ -25,6 +25,9 @@ description:
     (MIG strategy, MIG devices, time-slicing or MPS replicas, renamed resources), computed
     with the same code the gpuops device plugin serves with, from the configuration the
     device_plugin role recorded on the node (O(device_plugin_record)) or O(device_plugin).
+  - When the gpuops device plugin would refuse the GPUs under that configuration (a MIG
+    layout strategy single cannot serve, a shared resource the node does not have), a
+    warning says why; the labels still follow GPU feature discovery (C(<model>-MIG-INVALID)).
   - A node without the driver, with the driver not loaded, or with no GPU gets a clear
     result instead of a traceback; a GPU that stops answering during the query is reported
     in RV(lost_gpus) and left out of the labels.
@@ -324,6 +327,7 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible_collections.gpuops.k8s.plugins.module_utils import _gfd_labels as gfd
 from ansible_collections.gpuops.k8s.plugins.module_utils import _nvml_discovery as nvml
 from ansible_collections.gpuops.k8s.plugins.module_utils import _plugin_config as plugin_config
+from ansible_collections.gpuops.k8s.plugins.module_utils import _plugin_resources as plugin_resources
 
 
 def device_plugin(params):
@@ -410,6 +414,14 @@ def run(module):
     # Failed outside the except block, as above.
     if refused is not None:
         module.fail_json(msg=refused, **dict(result, gpus=gpus, gpu_count=len(gpus), lost_gpus=lost))
+    if mode == "gpuops" and gpus:
+        try:
+            plugin_resources.offered(gpus, plugin)
+        except plugin_resources.ResourceError as error:
+            # The labels still follow GFD (MIG-INVALID, or a shared resource ignored).
+            module.warn(
+                "the gpuops device plugin refuses to serve these GPUs with its configuration: %s" % error
+            )
     result.update(
         gpus=gpus,
         gpu_count=len(gpus),

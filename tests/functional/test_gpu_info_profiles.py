@@ -277,6 +277,10 @@ def test_a100_mig_labels_under_each_strategy(mocknvml, sysfs, tmp_path):
     assert single["device_plugin"]["source"] == "option"
     assert single["labels"]["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-40GB-MIG-INVALID"
     assert single["labels"]["nvidia.com/gpu.count"] == "0"
+    assert any(
+        "the gpuops device plugin refuses to serve these GPUs" in w and "enabled on 3 of 8" in w
+        for w in single.get("warnings", [])
+    ), single.get("warnings")
 
 
 def test_a_bad_device_plugin_configuration_fails_naming_the_field(mocknvml, sysfs):
