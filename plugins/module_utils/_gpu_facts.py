@@ -3,10 +3,10 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Pure logic over discovered GPU facts: families, link classes, Kubernetes labels.
+"""Pure logic over discovered GPU facts: families, link classes, label values, vGPU records.
 
 Private to the gpuops.k8s collection; no I/O, no NVML, so it is unit-tested on plain data
-and shared by the gpu_info module, the node labelling module and the device plugin.
+and shared by the gpu_info module, the node labels (_gfd_labels) and the device plugin.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -27,12 +27,10 @@ PCIE_LEVELS = {
 }
 NVLINK_POINTS = 100
 
-# Label key prefixes this collection owns (GPU feature discovery compatible).
-GPU_PREFIX = "nvidia.com/gpu."
-CUDA_PREFIX = "nvidia.com/cuda."
-
 _LABEL_VALUE_MAX = 63
-_INVALID_LABEL_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")
+# GPU feature discovery keeps letters, digits, "-", "_", "." and spaces, then joins the
+# words with single dashes (internal/lm/resource.go, sanitise).
+_GFD_DROPPED = re.compile(r"[^A-Za-z0-9_. -]")
 _LABEL_EDGE = re.compile(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$")
 # Tokens after which a product name stops naming the model: memory sizes, form factors
 # and memory types ("Tesla P100-PCIE-16GB" -> "tesla p100").
@@ -42,11 +40,13 @@ _MODEL_STOP = re.compile(r"^(\d+gb|pcie|sxm\d*|nvl\d*|hbm\d*e?|gddr\d*x?|mig|dgx
 def arch_family(major, minor):
     """Return the GPU feature discovery family for a CUDA compute capability.
 
-    GFD's table, with Blackwell (10.x, 12.x) added; GFD reports Ada (8.9) as ampere and
-    so do we, so that node selectors written for GFD keep matching.
+    GFD v0.20.0's table (internal/lm/resource.go, getArchFamily): Ada (8.9) is
+    "ada-lovelace" since GFD v0.18.0, Blackwell is 10.x and 12.x, Rubin 13.x.
     """
     if major == 7:
         return "volta" if minor < 5 else "turing"
+    if major == 8 and minor >= 9:
+        return "ada-lovelace"
     return {
         1: "tesla",
         2: "fermi",
@@ -57,14 +57,31 @@ def arch_family(major, minor):
         9: "hopper",
         10: "blackwell",
         12: "blackwell",
+        13: "rubin",
     }.get(major, "undefined")
 
 
+def gfd_sanitise(text):
+    """text as GPU feature discovery writes it in a label value.
+
+    GFD drops the characters a label value cannot hold (parentheses, slashes, ...) and
+    joins the words with single dashes: "NVIDIA TITAN X (Pascal)" -> "NVIDIA-TITAN-X-Pascal".
+    """
+    return "-".join(_GFD_DROPPED.sub("", str(text)).split())
+
+
+def valid_label_value(value):
+    """value cut to 63 characters with a letter or digit at each end (empty stays empty).
+
+    GFD stops at gfd_sanitise, so it can write a value Kubernetes refuses (a trailing "."
+    or "-", more than 63 characters): there GFD's label is not applied at all, ours is.
+    """
+    return _LABEL_EDGE.sub("", value[:_LABEL_VALUE_MAX])
+
+
 def label_value(text):
-    """Make text a valid Kubernetes label value (<= 63 chars of [A-Za-z0-9_.-], alnum ends)."""
-    value = _INVALID_LABEL_CHARS.sub("-", str(text).strip())
-    value = _LABEL_EDGE.sub("", value[:_LABEL_VALUE_MAX])
-    return value
+    """text as GPU feature discovery writes it, made a valid Kubernetes label value."""
+    return valid_label_value(gfd_sanitise(text))
 
 
 def accelerator_model(product_name):
@@ -150,70 +167,58 @@ def sysfs_bus_id(nvml_bus_id):
     return _bus_key(nvml_bus_id)
 
 
-def render_labels(system, gpus, machine=None):
-    """The node labels for a set of usable GPUs (empty when there are none).
+# PCI configuration space: the status register's "capability list" bit, the pointer to
+# the first capability, and the vendor-specific capability that carries NVIDIA's vGPU
+# record in a guest ("VF" at bytes 3-4; GFD internal/vgpu/pciutil.go and vgpu.go).
+_PCI_STATUS = 0x06
+_PCI_STATUS_CAP_LIST = 0x10
+_PCI_CAP_POINTER = 0x34
+_PCI_CAP_VENDOR_SPECIFIC = 0x09
+_VGPU_SIGNATURE = b"VF"
+_VGPU_FIRST_RECORD = 5
+_VGPU_FIELD = 10  # host driver version, then branch: 10 bytes each, NUL padded
 
-    Keys and values follow NVIDIA's GPU feature discovery so selectors written for GFD
-    match, plus `nvidia.com/gpu.present` (GPU Operator) and the seeds' `accelerator`.
-    GFD describes a node by its first GPU; so do we (the caller warns on mixed nodes).
+
+def _vendor_capability(config):
+    if config[_PCI_STATUS] & _PCI_STATUS_CAP_LIST == 0:
+        return None
+    seen = set()
+    pos = config[_PCI_CAP_POINTER]
+    while pos and pos not in seen and pos + 2 < len(config):
+        cap_id, following, length = config[pos], config[pos + 1], config[pos + 2]
+        if cap_id == 0xFF:  # a broken chain
+            return None
+        if cap_id == _PCI_CAP_VENDOR_SPECIFIC:
+            return bytes(config[pos : pos + length])
+        seen.add(pos)
+        pos = following
+    return None
+
+
+def vgpu_from_pci_config(config):
+    """What a GPU's PCI configuration space says about vGPU, as GFD reads it.
+
+    config: the bytes of sysfs' `config` file. Returns None when it holds less than the
+    256-byte header and capabilities (read without privileges: GFD then writes no vGPU
+    labels), else {"present": bool, "host_driver_version": str or None,
+    "host_driver_branch": str or None}, the host's driver from the vGPU record's first
+    entry of type 0.
     """
-    if not gpus:
-        return {}
-    first = gpus[0]
-    labels = {
-        "nvidia.com/gpu.present": "true",
-        "nvidia.com/gpu.count": str(len(gpus)),
-        "nvidia.com/gpu.product": label_value(first["name"].replace(" ", "-")),
-        "accelerator": accelerator_model(first["name"]),
-        "nvidia.com/mig.capable": str(any(g["mig"]["capable"] for g in gpus)).lower(),
-    }
-    if first.get("memory_total_mib"):
-        labels["nvidia.com/gpu.memory"] = str(first["memory_total_mib"])
-    major, minor = first["compute_capability"]["major"], first["compute_capability"]["minor"]
-    if major:
-        labels.update(
-            {
-                "nvidia.com/gpu.family": arch_family(major, minor),
-                "nvidia.com/gpu.compute.major": str(major),
-                "nvidia.com/gpu.compute.minor": str(minor),
-            }
-        )
-    if first.get("mode"):
-        labels["nvidia.com/gpu.mode"] = first["mode"]
-    if machine:
-        labels["nvidia.com/gpu.machine"] = label_value(machine.replace(" ", "-"))
-    labels.update(_version_labels(system))
-    return labels
-
-
-def _version_labels(system):
-    labels = {}
-    driver = system.get("driver_version") or ""
-    parts = driver.split(".")
-    if 2 <= len(parts) <= 3:
-        revision = parts[2] if len(parts) == 3 else ""
-        labels.update(
-            {
-                "nvidia.com/cuda.driver-version.major": parts[0],
-                "nvidia.com/cuda.driver-version.minor": parts[1],
-                "nvidia.com/cuda.driver-version.revision": revision,
-                "nvidia.com/cuda.driver-version.full": driver,
-                # GFD still writes the deprecated names; selectors in the wild use them.
-                "nvidia.com/cuda.driver.major": parts[0],
-                "nvidia.com/cuda.driver.minor": parts[1],
-                "nvidia.com/cuda.driver.rev": revision,
-            }
-        )
-    cuda = system.get("cuda_driver_version")
-    if cuda:
-        major, minor = cuda.split(".")[:2]
-        labels.update(
-            {
-                "nvidia.com/cuda.runtime-version.major": major,
-                "nvidia.com/cuda.runtime-version.minor": minor,
-                "nvidia.com/cuda.runtime-version.full": "%s.%s" % (major, minor),
-                "nvidia.com/cuda.runtime.major": major,
-                "nvidia.com/cuda.runtime.minor": minor,
-            }
-        )
-    return labels
+    config = bytes(config or b"")
+    if len(config) < 256:
+        return None
+    capability = _vendor_capability(config)
+    if capability is None or capability[3:5] != _VGPU_SIGNATURE:
+        return {"present": False, "host_driver_version": None, "host_driver_branch": None}
+    pos = _VGPU_FIRST_RECORD
+    while pos + 1 < len(capability) and capability[pos] != 0:
+        step = capability[pos + 1]
+        if not step:
+            break
+        pos += step
+    version = branch = None
+    end = pos + 2 + 2 * _VGPU_FIELD
+    if pos < len(capability) and capability[pos] == 0 and end <= len(capability):
+        version = capability[pos + 2 : pos + 2 + _VGPU_FIELD].strip(b"\0").decode("ascii", "replace")
+        branch = capability[pos + 2 + _VGPU_FIELD : end].strip(b"\0").decode("ascii", "replace")
+    return {"present": True, "host_driver_version": version, "host_driver_branch": branch}

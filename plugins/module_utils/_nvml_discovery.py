@@ -84,6 +84,14 @@ def _read_sysfs(sysfs_root, *parts):
         return None
 
 
+def _read_sysfs_bytes(sysfs_root, *parts):
+    try:
+        with open(os.path.join(sysfs_root, *parts), "rb") as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
 class NvmlSession:
     """nvmlInit / nvmlShutdown as a context manager with typed init errors."""
 
@@ -161,9 +169,27 @@ def _mig_info(handle):
                 "memory_total_mib": memory_mib,
                 "gpu_instance_id": _optional(pynvml.nvmlDeviceGetGpuInstanceId, mig),
                 "compute_instance_id": _optional(pynvml.nvmlDeviceGetComputeInstanceId, mig),
+                "attributes": _mig_attributes(attrs),
             }
         )
     return info
+
+
+def _mig_attributes(attrs):
+    """nvmlDeviceGetAttributes of a MIG device (what GFD labels it with); None if unsupported."""
+    if attrs is None:
+        return None
+    return {
+        "memory_mib": attrs.memorySizeMB,
+        "multiprocessors": attrs.multiprocessorCount,
+        "gpu_instance_slices": attrs.gpuInstanceSliceCount,
+        "compute_instance_slices": attrs.computeInstanceSliceCount,
+        "copy_engines": attrs.sharedCopyEngineCount,
+        "decoders": attrs.sharedDecoderCount,
+        "encoders": attrs.sharedEncoderCount,
+        "jpeg_engines": attrs.sharedJpegCount,
+        "ofa_engines": attrs.sharedOfaCount,
+    }
 
 
 def _nvlink_remotes(handle):
@@ -215,6 +241,9 @@ def _gpu(index, handle, sysfs_root):
         "family": facts.arch_family(*capability) if capability[0] else None,
         "persistence_mode": None if persistence is None else persistence == 1,
         "mig": _mig_info(handle),
+        "vgpu": facts.vgpu_from_pci_config(
+            _read_sysfs_bytes(sysfs_root, "bus", "pci", "devices", sysfs_id, "config")
+        ),
     }
 
 
@@ -261,6 +290,8 @@ def discover(sysfs_root="/sys"):
 
 
 def read_machine_type(sysfs_root="/sys"):
-    """The machine's product name from DMI (GFD's `nvidia.com/gpu.machine`), or None."""
-    name = _read_sysfs(sysfs_root, "class", "dmi", "id", "product_name")
-    return name or None
+    """The machine's product name from DMI (GFD's `nvidia.com/gpu.machine`).
+
+    None when the file cannot be read (GFD then labels "unknown"); "" when it is empty.
+    """
+    return _read_sysfs(sysfs_root, "class", "dmi", "id", "product_name")

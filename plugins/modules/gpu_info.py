@@ -19,8 +19,15 @@ description:
     (identity, memory, PCI and NUMA placement, compute capability, persistence and MIG
     state with MIG devices), the pairwise link matrix (PCIe relation, NVLink count,
     NVSwitch), and the node labels that later roles apply.
-  - Labels use NVIDIA GPU feature discovery's keys and values, so node selectors written
-    for GFD keep matching, plus C(nvidia.com/gpu.present) and C(accelerator=nvidia-<model>).
+  - Labels use NVIDIA GPU feature discovery's keys and values (GFD v0.20.0), so node
+    selectors written for GFD keep matching, plus C(nvidia.com/gpu.present) and
+    C(accelerator=nvidia-<model>). Like GFD's, they also say what the device plugin offers
+    (MIG strategy, MIG devices, time-slicing or MPS replicas, renamed resources), computed
+    with the same code the gpuops device plugin serves with, from the configuration the
+    device_plugin role recorded on the node (O(device_plugin_record)) or O(device_plugin).
+  - When the gpuops device plugin would refuse the GPUs under that configuration (a MIG
+    layout strategy single cannot serve, a shared resource the node does not have), a
+    warning says why; the labels still follow GPU feature discovery (C(<model>-MIG-INVALID)).
   - A node without the driver, with the driver not loaded, or with no GPU gets a clear
     result instead of a traceback; a GPU that stops answering during the query is reported
     in RV(lost_gpus) and left out of the labels.
@@ -58,6 +65,41 @@ options:
       - Change it when the module runs in a container with the host's C(/sys) elsewhere.
     type: path
     default: /sys
+  device_plugin:
+    description:
+      - What the node's device plugin serves, for the labels that describe it. Wins over
+        O(device_plugin_record).
+      - The shape of the device_plugin role's record (its C(device_plugin_served) fact).
+    type: dict
+    suboptions:
+      mode:
+        description:
+          - Which plugin serves the node. V(gpuops) refuses what the gpuops daemon does not
+            serve (C(sharing.mps)), as the daemon itself does.
+        type: str
+        choices: [gpuops, nvidia, operator]
+        default: gpuops
+      config:
+        description:
+          - The plugin's configuration file as data, NVIDIA's C(version v1) schema
+            (C(flags.migStrategy), C(sharing.timeSlicing), C(sharing.mps)) plus the gpuops
+            daemon's extensions (C(perDevice), C(devices), C(rename)).
+        type: dict
+        default: {}
+      environment:
+        description:
+          - The plugin's environment; C(MIG_STRATEGY) wins over C(flags.migStrategy), as in
+            both plugins.
+        type: dict
+        default: {}
+  device_plugin_record:
+    description:
+      - The JSON file in which the device_plugin role records what the node's plugin
+        serves, read when O(device_plugin) is not given.
+      - When it does not exist the labels describe a plugin with its defaults (MIG
+        strategy none, no sharing).
+    type: path
+    default: /etc/gpuops-device-plugin/served.json
 notes:
   - The module never changes the GPUs' settings.
 seealso:
@@ -79,6 +121,16 @@ EXAMPLES = r"""
 - name: Preflight on nodes that may not have a driver yet
   gpuops.k8s.gpu_info:
     require_nvml: false
+  register: gpu
+
+- name: Labels for a node whose plugin time-slices each GPU four ways
+  gpuops.k8s.gpu_info:
+    device_plugin:
+      config:
+        version: v1
+        sharing:
+          timeSlicing:
+            resources: [{name: nvidia.com/gpu, replicas: 4}]
   register: gpu
 
 - name: Say why NVML is not usable
@@ -179,12 +231,26 @@ gpus:
         current: enabled
         pending: enabled
         devices:
-          - {index: 0, uuid: MIG-5b1c..., profile: 1g.10gb, memory_total_mib: 9984,
-             gpu_instance_id: 7, compute_instance_id: 0}
+          - index: 0
+            uuid: MIG-5b1c...
+            profile: 1g.10gb
+            memory_total_mib: 9984
+            gpu_instance_id: 7
+            compute_instance_id: 0
+            attributes: {memory_mib: 9984, multiprocessors: 16, gpu_instance_slices: 1,
+                         compute_instance_slices: 1, copy_engines: 1, decoders: 1,
+                         encoders: 0, jpeg_engines: 1, ofa_engines: 0}
     nvlinks:
       description: Active NVLinks, and how many end at an NVSwitch or at another GPU.
       type: dict
       sample: {active: 18, to_switch: 18, to_gpu: 0}
+    vgpu:
+      description:
+        - Whether the GPU is an NVIDIA vGPU (read from its PCI configuration space, as GPU
+          feature discovery does) and the host's driver version and branch.
+        - Null when the configuration space could not be read in full (not root).
+      type: dict
+      sample: {present: false, host_driver_version: null, host_driver_branch: null}
 lost_gpus:
   description: GPUs that stopped answering during the query, with NVML's error.
   returned: always
@@ -207,32 +273,90 @@ nvswitch:
   returned: always
   type: bool
 labels:
-  description: Node labels the GPUs imply; empty when the node has no usable GPU.
+  description:
+    - Node labels the GPUs and the device plugin imply; empty when the node has no usable GPU.
+    - GPU feature discovery's set (without its timestamp); a node with GPUs of several models
+      is described by the first GPU's model; MIG strategy single describes the MIG devices
+      (C(nvidia.com/gpu.product) C(<model>-MIG-<profile>)), mixed adds
+      C(nvidia.com/mig-<profile>.*) per profile.
   returned: always
   type: dict
   sample:
     accelerator: nvidia-h100
     nvidia.com/gpu.present: "true"
     nvidia.com/gpu.count: "8"
-    nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3
+    nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3-SHARED
+    nvidia.com/gpu.replicas: "4"
+    nvidia.com/gpu.sharing-strategy: time-slicing
     nvidia.com/gpu.memory: "81559"
     nvidia.com/gpu.family: hopper
     nvidia.com/gpu.compute.major: "9"
     nvidia.com/gpu.compute.minor: "0"
+    nvidia.com/gpu.machine: DGX-H100
+    nvidia.com/gpu.mode: compute
     nvidia.com/cuda.driver-version.full: 550.54.15
     nvidia.com/cuda.runtime-version.full: "12.4"
     nvidia.com/mig.capable: "true"
+    nvidia.com/mps.capable: "false"
+    nvidia.com/vgpu.present: "false"
+device_plugin:
+  description: The device plugin configuration the labels describe, and where it came from.
+  returned: always
+  type: dict
+  contains:
+    source:
+      description: V(option) (O(device_plugin)), V(record) (O(device_plugin_record)) or V(none) (defaults).
+      type: str
+      sample: record
+    mode:
+      description: Which plugin serves the node (V(gpuops), V(nvidia), V(operator)); null when unknown.
+      type: str
+      sample: gpuops
+    mig_strategy:
+      description: The plugin's MIG strategy.
+      type: str
+      sample: none
+    sharing_strategy:
+      description: V(time-slicing), V(mps) or V(none).
+      type: str
+      sample: time-slicing
 """
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.gpuops.k8s.plugins.module_utils import _gpu_facts as facts
+from ansible_collections.gpuops.k8s.plugins.module_utils import _gfd_labels as gfd
 from ansible_collections.gpuops.k8s.plugins.module_utils import _nvml_discovery as nvml
+from ansible_collections.gpuops.k8s.plugins.module_utils import _plugin_config as plugin_config
+from ansible_collections.gpuops.k8s.plugins.module_utils import _plugin_resources as plugin_resources
+
+
+def device_plugin(params):
+    """(source, mode, Config): what the node's plugin serves, from the option or the record.
+
+    Raises plugin_config.ConfigError with the origin in front of the message.
+    """
+    record, source = params["device_plugin"], "option"
+    try:
+        if record is None:
+            record, source = plugin_config.read_record(params["device_plugin_record"]), "record"
+        if record is None:
+            return "none", None, plugin_config.Config()
+        config = plugin_config.served(record)  # checks that record is a mapping
+        return source, record.get("mode") or "gpuops", config
+    except plugin_config.ConfigError as error:
+        origin = "option device_plugin" if source == "option" else params["device_plugin_record"]
+        raise plugin_config.ConfigError(
+            "the device plugin's configuration (%s): %s" % (origin, error)
+        ) from None
 
 
 def run(module):
     """Discover, then shape the result; typed discovery errors become a clear result."""
     params = module.params
+    try:
+        source, mode, plugin = device_plugin(params)
+    except plugin_config.ConfigError as error:
+        module.fail_json(msg=str(error))
     result = {
         "changed": False,
         "gpus": [],
@@ -241,6 +365,12 @@ def run(module):
         "links": [],
         "nvswitch": False,
         "labels": {},
+        "device_plugin": {
+            "source": source,
+            "mode": mode,
+            "mig_strategy": plugin.mig_strategy,
+            "sharing_strategy": plugin.sharing()[0],
+        },
     }
     try:
         found = nvml.discover(sysfs_root=params["sysfs_root"])
@@ -271,17 +401,34 @@ def run(module):
         module.warn(message + "; it is left out of gpu_count and the labels")
     if len(set(g["name"] for g in gpus)) > 1:
         module.warn(
-            "GPUs of different models (%s): labels describe GPU %d like GPU feature "
-            "discovery does" % (", ".join(sorted(set(g["name"] for g in gpus))), gpus[0]["index"])
+            "GPUs of different models (%s): labels describe the model of GPU %d (GPU feature "
+            "discovery describes one model too)"
+            % (", ".join(sorted(set(g["name"] for g in gpus))), gpus[0]["index"])
         )
     machine = nvml.read_machine_type(params["sysfs_root"])
+    labels, refused = None, None
+    try:
+        labels = gfd.render(found["system"], gpus, machine=machine, plugin=plugin)
+    except gfd.LabelError as error:
+        refused = str(error)
+    # Failed outside the except block, as above.
+    if refused is not None:
+        module.fail_json(msg=refused, **dict(result, gpus=gpus, gpu_count=len(gpus), lost_gpus=lost))
+    if mode == "gpuops" and gpus:
+        try:
+            plugin_resources.offered(gpus, plugin)
+        except plugin_resources.ResourceError as error:
+            # The labels still follow GFD (MIG-INVALID, or a shared resource ignored).
+            module.warn(
+                "the gpuops device plugin refuses to serve these GPUs with its configuration: %s" % error
+            )
     result.update(
         gpus=gpus,
         gpu_count=len(gpus),
         lost_gpus=lost,
         links=found["links"],
         nvswitch=found["nvswitch"],
-        labels=facts.render_labels(found["system"], gpus, machine=machine),
+        labels=labels,
     )
     return result
 
@@ -292,6 +439,15 @@ def main():
             require_nvml=dict(type="bool", default=True),
             fail_on_lost_gpu=dict(type="bool", default=False),
             sysfs_root=dict(type="path", default="/sys"),
+            device_plugin=dict(
+                type="dict",
+                options=dict(
+                    mode=dict(type="str", default="gpuops", choices=list(plugin_config.PLUGIN_MODES)),
+                    config=dict(type="dict", default={}),
+                    environment=dict(type="dict", default={}),
+                ),
+            ),
+            device_plugin_record=dict(type="path", default=plugin_config.RECORD_PATH),
         ),
         supports_check_mode=True,
     )

@@ -194,3 +194,11 @@ def test_a_resource_shared_twice_is_refused(tmp_path):
     )
     with pytest.raises(cfg.ConfigError, match=r"'nvidia\.com/gpu' is listed twice"):
         cfg.load(["--config-file", path], {})
+
+
+def test_mps_is_refused_by_name(tmp_path):
+    # NVIDIA's schema has sharing.mps (the labels describe it for NVIDIA's plugin); this
+    # daemon serves time-slicing only and says so instead of ignoring it.
+    path = write(tmp_path, "sharing:\n  mps:\n    resources:\n      - {name: nvidia.com/gpu, replicas: 2}\n")
+    with pytest.raises(cfg.ConfigError, match=r"sharing\.mps: the gpuops device plugin does not serve MPS"):
+        cfg.load(["--config-file", path], {})

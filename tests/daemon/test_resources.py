@@ -69,6 +69,17 @@ def test_strategy_single_refuses_a_node_with_mig_on_some_gpus_only():
         resources.build_resources(a100_mig_node(), Config(mig_strategy="single"))
 
 
+def test_strategy_single_refuses_a_mig_enabled_gpu_without_mig_devices():
+    # NVIDIA's plugin refuses it too (internal/rm/device_map.go, assertAllMigDevicesAreValid).
+    gpus = [gpu(0, A100, mig=[mig(0, 0, "1g.5gb", 7)]), gpu(1, A100)]
+    gpus[1]["mig"]["current"] = "enabled"
+    with pytest.raises(resources.MigLayoutError, match=r"on every MIG-enabled GPU; GPU 1 has none"):
+        resources.build_resources(gpus, Config(mig_strategy="single"))
+    # mixed leaves the empty GPU out, like NVIDIA's plugin (a warning there).
+    found = by_name(resources.build_resources(gpus, Config(mig_strategy="mixed")))
+    assert list(found) == ["nvidia.com/mig-1g.5gb"]
+
+
 def shared(**kwargs):
     return SharedResource(**{"name": "nvidia.com/gpu", "replicas": 4, **kwargs})
 

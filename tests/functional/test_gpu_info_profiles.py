@@ -11,6 +11,7 @@ from tests/mocknvml/bridge, which reads the same profiles. Where neither can be 
 broken build is an error, never a skip.
 """
 
+import json
 import re
 
 import pytest
@@ -225,6 +226,81 @@ def test_a100_mig_layout(mocknvml, sysfs):
     assert sorted(d["gpu_instance_id"] for d in explicit) == [1, 5, 13]
     every_mig_uuid = [d["uuid"] for gpu in result["gpus"] for d in gpu["mig"]["devices"]]
     assert len(set(every_mig_uuid)) == len(every_mig_uuid) == 12
+
+
+# What the stand-in's MIG table (a100-8x-mig.mig.yaml) gives each profile through
+# nvmlDeviceGetAttributes: memory MiB, multiprocessors, GPU instance slices.
+A100_MIG_ATTRIBUTES = {"1g.5gb": ("4864", "14", "1"), "3g.20gb": ("19968", "42", "3")}
+
+
+def test_a100_mig_labels_under_each_strategy(mocknvml, sysfs, tmp_path):
+    # The labels say what the device plugin offers; the record is the device_plugin role's.
+    record = tmp_path / "served.json"
+    record.write_text(
+        json.dumps(
+            {
+                "mode": "gpuops",
+                "config": {
+                    "version": "v1",
+                    "flags": {"migStrategy": "mixed"},
+                    "sharing": {
+                        "timeSlicing": {"resources": [{"name": "nvidia.com/mig-1g.5gb", "replicas": 2}]}
+                    },
+                },
+                "environment": {},
+            }
+        )
+    )
+    result = gpu_info(mocknvml, sysfs, A100_MIG, device_plugin_record=str(record))
+    assert not result.get("failed"), result.get("msg")
+    assert result["device_plugin"] == {
+        "source": "record",
+        "mode": "gpuops",
+        "mig_strategy": "mixed",
+        "sharing_strategy": "time-slicing",
+    }
+    labels = result["labels"]
+    assert labels["nvidia.com/mig.strategy"] == "mixed"
+    assert labels["nvidia.com/mig-1g.5gb.count"] == "8"
+    assert labels["nvidia.com/mig-1g.5gb.replicas"] == "2"
+    assert labels["nvidia.com/mig-1g.5gb.product"] == "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb-SHARED"
+    assert labels["nvidia.com/mig-3g.20gb.count"] == "2"
+    for profile_name, (memory, sms, slices) in A100_MIG_ATTRIBUTES.items():
+        prefix = "nvidia.com/mig-%s." % profile_name
+        assert (labels[prefix + "memory"], labels[prefix + "multiprocessors"]) == (memory, sms)
+        assert labels[prefix + "slices.gi"] == slices
+    # The stand-in's sysfs is empty: machine type and PCI class unknown, vGPU unreadable.
+    assert (labels["nvidia.com/gpu.machine"], labels["nvidia.com/gpu.mode"]) == ("unknown", "unknown")
+    assert "nvidia.com/vgpu.present" not in labels
+
+    single = gpu_info(mocknvml, sysfs, A100_MIG, device_plugin={"environment": {"MIG_STRATEGY": "single"}})
+    assert single["device_plugin"]["source"] == "option"
+    assert single["labels"]["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-40GB-MIG-INVALID"
+    assert single["labels"]["nvidia.com/gpu.count"] == "0"
+    assert any(
+        "the gpuops device plugin refuses to serve these GPUs" in w and "enabled on 3 of 8" in w
+        for w in single.get("warnings", [])
+    ), single.get("warnings")
+
+
+def test_a_bad_device_plugin_configuration_fails_naming_the_field(mocknvml, sysfs):
+    config = {"sharing": {"timeSlicing": {"resources": [{"name": "nvidia.com/gpu", "replicas": "4"}]}}}
+    result = gpu_info(mocknvml, sysfs, T4, device_plugin={"config": config})
+    assert result["failed"] is True
+    assert (
+        "sharing.timeSlicing.resources[0].replicas: '4' is not valid; expected an integer >= 1"
+        in result["msg"]
+    )
+
+
+def test_mps_on_mig_gpus_fails_like_gfd(mocknvml, sysfs):
+    # NVIDIA's plugin with MPS on a node with MIG enabled: GFD refuses to label it.
+    config = {"sharing": {"mps": {"resources": [{"name": "nvidia.com/gpu", "replicas": 2}]}}}
+    result = gpu_info(mocknvml, sysfs, A100_MIG, device_plugin={"mode": "nvidia", "config": config})
+    assert result["failed"] is True
+    assert "MPS sharing is not supported on MIG-enabled GPUs (GPU 0, 1, 2)" in result["msg"]
+    assert result["gpu_count"] == len(result["gpus"]) == 8
+    assert "Traceback" not in str(result)
 
 
 def test_no_gpu(mocknvml, sysfs):

@@ -4,7 +4,8 @@
 """Pure resource logic: which resources a node offers and what Allocate answers.
 
 No NVML and no gRPC here: discovery hands in plain GPU dicts (gpu_info's shape), and the
-server turns the plain results into protobuf messages.
+server turns the plain results into protobuf messages. Which resources and replicas the
+GPUs make is `_plugin_resources`, shared with gpu_info's node labels.
 
 Device IDs the kubelet sees are UUIDs (GPU or MIG), with a `::<n>` suffix for time-sliced
 replicas, as NVIDIA's plugin does; the device ID strategy only decides what a container is
@@ -18,36 +19,42 @@ import os
 import uuid as uuidlib
 from collections.abc import Callable, Iterable
 
-from .config import Config, SharedResource
+from ._plugin_resources import (
+    REPLICA_SEPARATOR,
+    VENDOR,
+    Device,
+    MigLayoutError,
+    ResourceError,
+    base_resources,
+    offered,
+)
+from .config import Config
 
-VENDOR = "nvidia.com"
+__all__ = [
+    "REPLICA_SEPARATOR",
+    "VENDOR",
+    "ContainerResponse",
+    "Device",
+    "InvalidRequest",
+    "MigLayoutError",
+    "Resource",
+    "ResourceError",
+    "allocate",
+    "base_resources",
+    "build_resources",
+    "strip_replica",
+    "validate_request",
+]
+
 VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 VOLUME_ROOT = "/var/run/nvidia-container-devices"
 CDI_KIND = "k8s.device-plugin.nvidia.com/gpu"
 CDI_ANNOTATION_PREFIX = "cdi.k8s.io/nvidia-device-plugin_"
 CONTROL_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset")
-REPLICA_SEPARATOR = "::"
-
-
-class ResourceError(ValueError):
-    """The GPUs cannot be offered under this configuration (e.g. MIG strategy mismatch)."""
 
 
 class InvalidRequest(ValueError):
     """An Allocate request the plugin must refuse (unknown IDs, too many shared devices)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Device:
-    """A unit a container can get: a whole GPU or a MIG device."""
-
-    uuid: str
-    index: str  # NVIDIA's form: "3" for a GPU, "3:1" for MIG device 1 on GPU 3
-    gpu_index: int
-    minor: int | None
-    model: str
-    numa_node: int | None = None
-    mig_profile: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,94 +84,12 @@ class ContainerResponse:
     cdi_devices: list[str] = dataclasses.field(default_factory=list)
 
 
-def devices_from_gpus(gpus: Iterable[dict], mig_strategy: str) -> dict[str, list[Device]]:
-    """Group the discovered GPUs into base resources ({resource name: devices})."""
-    gpus = list(gpus)
-    full, mig = [], {}
-    enabled = [g for g in gpus if g["mig"]["current"] == "enabled"]
-    for gpu in gpus:
-        whole = Device(
-            uuid=gpu["uuid"],
-            index=str(gpu["index"]),
-            gpu_index=gpu["index"],
-            minor=gpu.get("minor_number"),
-            model=gpu["name"],
-            numa_node=gpu.get("numa_node"),
-        )
-        if mig_strategy == "none" or gpu not in enabled:
-            full.append(whole)
-            continue
-        for slot in gpu["mig"]["devices"]:
-            device = dataclasses.replace(
-                whole,
-                uuid=slot["uuid"],
-                index="%d:%d" % (gpu["index"], slot["index"]),
-                mig_profile=slot["profile"],
-            )
-            mig.setdefault(slot["profile"], []).append(device)
-    if mig_strategy == "single" and enabled:
-        if len(enabled) != len(gpus):
-            raise ResourceError(
-                "migStrategy 'single' needs MIG enabled on every GPU or on none; "
-                "enabled on %s of %d (GPUs %s)"
-                % (len(enabled), len(gpus), ", ".join(str(g["index"]) for g in enabled))
-            )
-        if len(mig) != 1:
-            raise ResourceError(
-                "migStrategy 'single' needs one MIG profile on every GPU; found %s (use 'mixed')"
-                % (", ".join(sorted(mig)) or "no MIG devices")
-            )
-        return {VENDOR + "/gpu": next(iter(mig.values()))}
-    result = {VENDOR + "/gpu": full} if full else {}
-    for profile in sorted(mig):
-        result["%s/mig-%s" % (VENDOR, profile)] = mig[profile]
-    return result
-
-
 def build_resources(gpus: Iterable[dict], config: Config) -> list[Resource]:
-    """The resources to serve, with time-slicing replicas applied."""
-    shared_by_name = {s.name: s for s in config.shared}
-    base = devices_from_gpus(gpus, config.mig_strategy)
-    unknown = sorted(set(shared_by_name) - set(base))
-    if unknown:
-        raise ResourceError(
-            "sharing.timeSlicing.resources: %r is not a resource this node offers; it offers %s"
-            % (unknown[0], ", ".join(sorted(base)) or "none")
-        )
-    result: dict[str, Resource] = {}
-    for name, devices in base.items():
-        sharing = shared_by_name.get(name)
-        plain = {d.uuid: d for d in devices if sharing is None or _replicas(sharing, d) == 1}
-        if plain:
-            result[name] = Resource(name, plain)
-        if sharing is None:
-            continue
-        replicated = {}
-        for device in devices:
-            count = _replicas(sharing, device)
-            if count > 1:
-                for n in range(count):
-                    replicated["%s%s%d" % (device.uuid, REPLICA_SEPARATOR, n)] = device
-        if not replicated:
-            continue
-        renamed = sharing.rename or (name + ".shared" if config.rename_by_default else name)
-        merged = dict(result[renamed].devices) if renamed in result else {}
-        merged.update(replicated)
-        result[renamed] = Resource(renamed, merged, True, config.fail_requests_greater_than_one)
-    return [result[name] for name in sorted(result)]
-
-
-def _replicas(sharing: SharedResource, device: Device) -> int:
-    if (
-        sharing.devices is not None
-        and device.uuid not in sharing.devices
-        and device.index not in sharing.devices
-    ):
-        return 1
-    for rule in sharing.per_device:
-        if rule.matches(device.uuid, device.index, device.model):
-            return rule.replicas
-    return sharing.replicas
+    """The resources to serve, with time-slicing replicas applied (see _plugin_resources)."""
+    return [
+        Resource(name, devices, shared, shared and config.fail_requests_greater_than_one)
+        for name, devices, shared in offered(gpus, config)
+    ]
 
 
 def strip_replica(device_id: str) -> str:

@@ -22,14 +22,17 @@ from ansible_collections.gpuops.k8s.plugins.module_utils import _gpu_facts as fa
         (7, 2, "volta"),
         (7, 5, "turing"),
         (8, 0, "ampere"),
-        (8, 9, "ampere"),  # GFD names Ada "ampere"; selectors written for GFD rely on it
+        (8, 6, "ampere"),
+        (8, 9, "ada-lovelace"),  # GFD since v0.18.0 (it said "ampere" before)
         (9, 0, "hopper"),
         (10, 0, "blackwell"),
         (12, 0, "blackwell"),
+        (13, 0, "rubin"),
         (4, 0, "undefined"),
     ],
 )
 def test_arch_family_follows_gfd(major, minor, family):
+    # NVIDIA/k8s-device-plugin v0.20.0 (1b826acc6af3) internal/lm/resource.go, getArchFamily.
     assert facts.arch_family(major, minor) == family
 
 
@@ -51,17 +54,40 @@ def test_accelerator_model_is_the_seeds_label(product, model):
     assert facts.accelerator_model(product) == model
 
 
+# NVIDIA/k8s-device-plugin v0.20.0 (1b826acc6af3) internal/lm/resource_test.go, TestSanitise:
+# every case, input and expected value as GFD's test has them.
+GFD_SANITISE_CASES = [
+    ("a space separated string", "a-space-separated-string"),
+    ("some(thing)else", "somethingelse"),
+    ("some ( thing )else", "some-thing-else"),
+    ("NVIDIA-TITAN-X-(Pascal)", "NVIDIA-TITAN-X-Pascal"),
+    (" input  with multiple   spaces   ", "input-with-multiple-spaces"),
+    ("some [ / thing / ]else", "some-thing-else"),
+    ("some / thing /else", "some-thing-else"),
+    ("some-thing.else_new", "some-thing.else_new"),
+]
+
+
+@pytest.mark.parametrize("raw, value", GFD_SANITISE_CASES)
+def test_gfd_sanitise_matches_gfds_own_cases(raw, value):
+    assert facts.gfd_sanitise(raw) == value
+    assert facts.label_value(raw) == value  # all of them are valid label values already
+
+
 @pytest.mark.parametrize(
     "raw, value",
     [
         ("NVIDIA-H100-80GB-HBM3", "NVIDIA-H100-80GB-HBM3"),
         ("ProLiant DL380 (Gen10)", "ProLiant-DL380-Gen10"),
+        ("NVIDIA TITAN X (Pascal)", "NVIDIA-TITAN-X-Pascal"),  # was NVIDIA-TITAN-X--Pascal
         ("-x-", "x"),
         ("a" * 80, "a" * 63),
         ("a" * 62 + "-b", "a" * 62),
+        ("Tesla K80.", "Tesla-K80"),  # GFD writes "Tesla-K80.", which Kubernetes refuses
+        ("", ""),
     ],
 )
-def test_label_value_is_valid_for_kubernetes(raw, value):
+def test_label_value_is_gfds_and_valid_for_kubernetes(raw, value):
     assert facts.label_value(raw) == value
 
 
@@ -128,56 +154,75 @@ def test_link_matrix_single_gpu_has_no_pairs():
     assert facts.link_matrix(_gpus(1), {0: []}, {}) == []
 
 
-def _h100(index):
-    return {
-        "index": index,
-        "name": "NVIDIA H100 80GB HBM3",
-        "memory_total_mib": 81559,
-        "compute_capability": {"major": 9, "minor": 0, "full": "9.0"},
-        "mode": "compute",
-        "mig": {"capable": True, "current": "disabled", "pending": "disabled", "devices": []},
+# PCI configuration spaces laid out as GFD's internal/vgpu (v0.20.0, 1b826acc6af3) reads
+# them: status bit 0x10 at 0x06, first capability pointer at 0x34, vendor-specific
+# capability id 0x09 whose bytes 3-4 are "VF" in a vGPU guest, then records from byte 5
+# (type, length, data); record type 0 holds the host driver's version and branch.
+def _pci_config(capabilities, size=256, cap_list=True):
+    config = bytearray(size)
+    config[0:2] = b"\xde\x10"
+    if cap_list:
+        config[0x06] = 0x10
+    pointer, pos = 0x34, 0x40
+    for body in capabilities:
+        config[pointer] = pos
+        config[pos : pos + len(body)] = body
+        pointer, pos = pos + 1, pos + 0x20 + len(body)
+    return bytes(config)
+
+
+def _vgpu_capability(*records):
+    data = b"".join(records)
+    return bytes([0x09, 0x00, 5 + len(data)]) + b"VF" + data
+
+
+def _driver_record(version, branch):
+    return bytes([0x00, 0x16]) + version.ljust(10, b"\0") + branch.ljust(10, b"\0")
+
+
+def test_vgpu_guest_with_host_driver_record():
+    power_management = bytes([0x01, 0x00, 0x03, 0x00])
+    config = _pci_config([power_management, _vgpu_capability(_driver_record(b"460.16", b"r460_00"))])
+    assert facts.vgpu_from_pci_config(config) == {
+        "present": True,
+        "host_driver_version": "460.16",
+        "host_driver_branch": "r460_00",
     }
 
 
-def test_render_labels_matches_gfd_and_the_seeds():
-    system = {"driver_version": "550.54.15", "cuda_driver_version": "12.4"}
-    labels = facts.render_labels(system, [_h100(i) for i in range(8)], machine="DGX H100")
-    assert labels == {
-        "accelerator": "nvidia-h100",
-        "nvidia.com/gpu.present": "true",
-        "nvidia.com/gpu.count": "8",
-        "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
-        "nvidia.com/gpu.memory": "81559",
-        "nvidia.com/gpu.family": "hopper",
-        "nvidia.com/gpu.compute.major": "9",
-        "nvidia.com/gpu.compute.minor": "0",
-        "nvidia.com/gpu.mode": "compute",
-        "nvidia.com/gpu.machine": "DGX-H100",
-        "nvidia.com/mig.capable": "true",
-        "nvidia.com/cuda.driver-version.major": "550",
-        "nvidia.com/cuda.driver-version.minor": "54",
-        "nvidia.com/cuda.driver-version.revision": "15",
-        "nvidia.com/cuda.driver-version.full": "550.54.15",
-        "nvidia.com/cuda.driver.major": "550",
-        "nvidia.com/cuda.driver.minor": "54",
-        "nvidia.com/cuda.driver.rev": "15",
-        "nvidia.com/cuda.runtime-version.major": "12",
-        "nvidia.com/cuda.runtime-version.minor": "4",
-        "nvidia.com/cuda.runtime-version.full": "12.4",
-        "nvidia.com/cuda.runtime.major": "12",
-        "nvidia.com/cuda.runtime.minor": "4",
+def test_vgpu_record_after_another_record():
+    other = bytes([0x07, 0x04, 0xAA, 0xBB])
+    config = _pci_config([_vgpu_capability(other, _driver_record(b"535.104", b"r535_00"))])
+    assert facts.vgpu_from_pci_config(config)["host_driver_version"] == "535.104"
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        _pci_config([bytes([0x09, 0x00, 0x08, 0x00, 0x00, 0x00, 0x00, 0x00])]),  # passthrough GPU
+        _pci_config([bytes([0x09, 0x00, 0x08]) + b"VF"], cap_list=False),  # no capability list
+        _pci_config([bytes([0x01, 0x40, 0x03])]),  # a chain that loops on itself
+        _pci_config([bytes([0xFF, 0x00, 0x03])]),  # a broken chain
+    ],
+)
+def test_not_a_vgpu(config):
+    assert facts.vgpu_from_pci_config(config) == {
+        "present": False,
+        "host_driver_version": None,
+        "host_driver_branch": None,
     }
 
 
-def test_render_labels_without_gpus_is_empty():
-    assert facts.render_labels({"driver_version": "550.54.15"}, []) == {}
+def test_vgpu_without_driver_record_is_present_without_versions():
+    config = _pci_config([_vgpu_capability(bytes([0x07, 0x02]))])
+    assert facts.vgpu_from_pci_config(config) == {
+        "present": True,
+        "host_driver_version": None,
+        "host_driver_branch": None,
+    }
 
 
-def test_render_labels_two_part_driver_and_no_cuda_version():
-    gpu = dict(_h100(0), mig={"capable": False, "devices": []}, mode=None)
-    labels = facts.render_labels({"driver_version": "535.86", "cuda_driver_version": None}, [gpu])
-    assert labels["nvidia.com/cuda.driver-version.revision"] == ""
-    assert labels["nvidia.com/mig.capable"] == "false"
-    assert not any(k.startswith("nvidia.com/cuda.runtime") for k in labels)
-    assert "nvidia.com/gpu.mode" not in labels
-    assert "nvidia.com/gpu.machine" not in labels
+@pytest.mark.parametrize("config", [None, b"", _pci_config([], size=64)])
+def test_unreadable_configuration_space_is_unknown(config):
+    # Without privileges sysfs gives the 64-byte header only; GFD then writes no vGPU label.
+    assert facts.vgpu_from_pci_config(config) is None
