@@ -175,15 +175,21 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.gpuops.k8s.plugins.module_utils import _runtime_config as rc
-from ansible_collections.gpuops.k8s.plugins.module_utils._runtime_plan import (
+from ansible_collections.gpuops.k8s.plugins.module_utils._runtime.errors import RuntimeConfigError
+from ansible_collections.gpuops.k8s.plugins.module_utils._runtime.plan import (
     DEFAULT_DROP_INS,
     DEFAULT_PATHS,
     SPEC_KEYS,
     changes,
     default_config_mode,
     plan,
+    predict_without_tomlkit,
     read,
+    validate_spec,
+)
+from ansible_collections.gpuops.k8s.plugins.module_utils._runtime.toml_text import (
+    HAS_TOMLKIT,
+    TOMLKIT_IMPORT_ERROR,
 )
 
 
@@ -208,11 +214,9 @@ def predict(module, params):
         path = params["drop_in_path"] or DEFAULT_DROP_INS[runtime]
     spec = {key: params[key] for key in SPEC_KEYS}
     try:
-        rc.validate_spec(spec, {"path": path, "runtime_path": spec["runtime_path"]})
-        changed, version = rc.predict_without_tomlkit(
-            runtime, read(path), spec, path, params["config_version"]
-        )
-    except rc.RuntimeConfigError as error:
+        validate_spec(spec, {"path": path, "runtime_path": spec["runtime_path"]})
+        changed, version = predict_without_tomlkit(runtime, read(path), spec, path, params["config_version"])
+    except RuntimeConfigError as error:
         module.fail_json(msg=str(error), changed=False, restart_required=False)
     module.warn(
         "tomlkit is not installed on this node yet: changed and restart_required are predicted "
@@ -234,13 +238,13 @@ def run(module):
     params = module.params
     if params["config_mode"] is None:
         params["config_mode"] = default_config_mode(params["runtime"])
-    if params["runtime"] != "docker" and not rc.HAS_TOMLKIT:
+    if params["runtime"] != "docker" and not HAS_TOMLKIT:
         if not module.check_mode:
-            module.fail_json(msg=missing_required_lib("tomlkit"), exception=rc.TOMLKIT_IMPORT_ERROR)
+            module.fail_json(msg=missing_required_lib("tomlkit"), exception=TOMLKIT_IMPORT_ERROR)
         return predict(module, params)
     try:
         planned = plan(params)
-    except rc.RuntimeConfigError as error:
+    except RuntimeConfigError as error:
         failure = str(error)
     else:
         failure = None

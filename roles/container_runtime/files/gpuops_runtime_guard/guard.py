@@ -33,8 +33,9 @@ import sys
 import tempfile
 import time
 
-from . import _runtime_config as rc
-from . import _runtime_plan as rp
+from ._runtime import plan as rp
+from ._runtime.errors import RuntimeConfigError
+from ._runtime.toml_text import HAS_TOMLKIT
 
 DEFAULT_PARAMETERS = "/etc/gpuops-runtime-guard/guard.json"
 SERVICES = {"containerd": "containerd", "docker": "docker", "crio": "crio"}
@@ -272,7 +273,7 @@ def repair(params, state, log):
             planned = rp.plan(params)
             changed, module_restart = rp.changes(runtime, planned)
             after = effective_digest(runtime, planned["files"])
-        except rc.RuntimeConfigError as error:
+        except RuntimeConfigError as error:
             log(ERR, "cannot check the %s runtime: %s" % (name, error))
             outcome.update(result="error", message=str(error))
             return UNPARSABLE, outcome
@@ -342,7 +343,7 @@ def check_only(params, log):
     try:
         planned = rp.plan(params)
         changed, restart_required = rp.changes(params["runtime"], planned)
-    except rc.RuntimeConfigError as error:
+    except RuntimeConfigError as error:
         log(ERR, "cannot check the %s runtime: %s" % (params["runtime_name"], error))
         return UNPARSABLE
     if not changed:
@@ -367,7 +368,7 @@ def main(argv=None, log=None):
     except ParameterError as error:
         log(ERR, "bad parameters: %s" % error)
         return BAD_PARAMETERS
-    if params["runtime"] != "docker" and not rc.HAS_TOMLKIT:
+    if params["runtime"] != "docker" and not HAS_TOMLKIT:
         log(ERR, "the Python module tomlkit is missing: install python3-tomlkit (the role does)")
         return BAD_PARAMETERS
     if args.check:

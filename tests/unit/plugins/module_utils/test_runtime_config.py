@@ -21,7 +21,25 @@ import os
 import pytest
 import tomlkit
 
-from ansible_collections.gpuops.k8s.plugins.module_utils import _runtime_config as rc
+from ansible_collections.gpuops.k8s.plugins.module_utils._runtime import toml_text
+from ansible_collections.gpuops.k8s.plugins.module_utils._runtime.containerd import (
+    RUNC_TYPE,
+    containerd_drop_in,
+    containerd_in_place,
+)
+from ansible_collections.gpuops.k8s.plugins.module_utils._runtime.crio import crio_edit
+from ansible_collections.gpuops.k8s.plugins.module_utils._runtime.docker import docker_edit
+from ansible_collections.gpuops.k8s.plugins.module_utils._runtime.errors import (
+    ConfigParseError,
+    ConfigShapeError,
+    RuntimeConfigError,
+    UnsupportedOption,
+)
+from ansible_collections.gpuops.k8s.plugins.module_utils._runtime.plan import (
+    predict_without_tomlkit,
+    validate_spec,
+)
+from ansible_collections.gpuops.k8s.plugins.module_utils._runtime.toml_text import parse_toml
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "runtime_configs")
 NV = "/usr/bin/nvidia-container-runtime"
@@ -49,25 +67,25 @@ def spec(state="present", name="nvidia", path=NV, default=None, cdi=None):
 
 
 def in_place(text, default_version=2, **kwargs):
-    return rc.containerd_in_place(text, spec(**kwargs), CONFIG, default_version)
+    return containerd_in_place(text, spec(**kwargs), CONFIG, default_version)
 
 
 def drop_in(main_text, drop_text="", **kwargs):
-    return rc.containerd_drop_in(
+    return containerd_drop_in(
         main_text, drop_text, spec(**kwargs), main_source=CONFIG, drop_in_source=DROP_IN, drop_in_path=DROP_IN
     )
 
 
 def crio(text, **kwargs):
-    return rc.crio_edit(text, spec(**kwargs), CRIO_DROP_IN)
+    return crio_edit(text, spec(**kwargs), CRIO_DROP_IN)
 
 
 def docker(text, **kwargs):
-    return rc.docker_edit(text, spec(**kwargs), DAEMON)
+    return docker_edit(text, spec(**kwargs), DAEMON)
 
 
 def toml(text):
-    return rc.parse_toml(text, "test").unwrap()
+    return parse_toml(text, "test").unwrap()
 
 
 def runtimes_of(data, cri):
@@ -93,7 +111,7 @@ def assert_lines_kept(original, new):
 
 
 def runc_entry(systemd=True):
-    return {"runtime_type": rc.RUNC_TYPE, "options": {"SystemdCgroup": systemd, "BinaryName": NV}}
+    return {"runtime_type": RUNC_TYPE, "options": {"SystemdCgroup": systemd, "BinaryName": NV}}
 
 
 SMALL = """version = 2
@@ -225,7 +243,7 @@ def test_empty_file_gets_the_default_version(text, default_version, cri):
         "plugins": {
             cri: {
                 "containerd": {
-                    "runtimes": {"nvidia": {"runtime_type": rc.RUNC_TYPE, "options": {"BinaryName": NV}}}
+                    "runtimes": {"nvidia": {"runtime_type": RUNC_TYPE, "options": {"BinaryName": NV}}}
                 }
             }
         }
@@ -302,7 +320,7 @@ def test_default_runtime_name(initial, set_as_default, final):
 def test_new_runtime_starts_from_the_current_default_runtime():
     """Like nvidia-ctk: the entry is a copy of the runtime containerd uses now, binary swapped."""
     after = in_place(default_doc("crun"))[2]
-    assert runtimes_of(after, V2)["nvidia"] == {"runtime_type": rc.RUNC_TYPE, "options": {"BinaryName": NV}}
+    assert runtimes_of(after, V2)["nvidia"] == {"runtime_type": RUNC_TYPE, "options": {"BinaryName": NV}}
     after = in_place(default_doc("runc"))[2]
     assert runtimes_of(after, V2)["nvidia"] == runc_entry()
 
@@ -319,7 +337,7 @@ def test_existing_runtime_entry_is_updated_not_replaced():
     new_text, _before, after, _version = in_place(text)
     assert runtimes_of(after, V2)["nvidia"] == {
         "privileged_without_host_devices": True,
-        "runtime_type": rc.RUNC_TYPE,
+        "runtime_type": RUNC_TYPE,
         "options": {"BinaryName": NV, "Root": "/run/nvidia-runc"},
     }
     assert "# keep me" in new_text
@@ -355,7 +373,7 @@ def test_enable_cdi(version, cri, initial, enable_cdi, final):
 @pytest.mark.parametrize("name", ["v1-legacy.toml", None])
 def test_enable_cdi_on_version_1_is_refused(enable_cdi, name):
     text = fixture(name) if name else 'root = "/var/lib/containerd"\n'
-    with pytest.raises(rc.UnsupportedOption) as caught:
+    with pytest.raises(UnsupportedOption) as caught:
         in_place(text, cdi=enable_cdi)
     message = str(caught.value)
     assert message.startswith(CONFIG + ": enable_cdi needs containerd config version 2 or 3")
@@ -479,7 +497,7 @@ def test_second_run_returns_identical_text(name, kwargs):
     ],
 )
 def test_unparsable_toml_names_the_file_and_line(text, line, column):
-    with pytest.raises(rc.ConfigParseError) as caught:
+    with pytest.raises(ConfigParseError) as caught:
         in_place(text)
     message = str(caught.value)
     assert message.startswith("%s line %d, column %d: " % (CONFIG, line, column))
@@ -515,7 +533,7 @@ SHAPES = [
 @pytest.mark.parametrize("state", ["present", "absent"])
 @pytest.mark.parametrize("text, path, kind", SHAPES)
 def test_wrong_table_type_names_the_key_path(text, path, kind, state):
-    with pytest.raises(rc.ConfigShapeError) as caught:
+    with pytest.raises(ConfigShapeError) as caught:
         in_place(text, state=state)
     assert str(caught.value) == "%s: %s is a %s; expected a table, so the file is left untouched" % (
         CONFIG,
@@ -542,7 +560,7 @@ def test_wrong_table_type_names_the_key_path(text, path, kind, state):
     ],
 )
 def test_wrong_runtime_entry_type_names_the_key_path(text, path, kind):
-    with pytest.raises(rc.ConfigShapeError) as caught:
+    with pytest.raises(ConfigShapeError) as caught:
         in_place(text)
     assert str(caught.value) == "%s: %s is a %s; expected a table, so the file is left untouched" % (
         CONFIG,
@@ -555,7 +573,7 @@ def test_wrong_runtime_entry_type_names_the_key_path(text, path, kind):
 
 @pytest.mark.parametrize("value", ["4", "0", '"2"', "-1"])
 def test_unknown_version_is_a_shape_error(value):
-    with pytest.raises(rc.ConfigShapeError) as caught:
+    with pytest.raises(ConfigShapeError) as caught:
         in_place("version = %s\n" % value)
     assert str(caught.value).startswith("%s: version = " % CONFIG)
     assert str(caught.value).endswith("; containerd config versions are 1, 2 and 3")
@@ -576,7 +594,7 @@ def test_bug_wrong_typed_version_or_default_is_a_shape_error(text):
     """An array or table version, or an array/table default_runtime_name, raises TypeError
     (unhashable) from `version not in CRI_PLUGIN` / `runtimes.get(default_name)`; `version = true`
     passes as 1 (True == 1) and gets a version 1 edit. Each must be a ConfigShapeError."""
-    with pytest.raises(rc.ConfigShapeError):
+    with pytest.raises(ConfigShapeError):
         in_place(text)
 
 
@@ -590,7 +608,7 @@ def test_bug_inline_runtime_entry_without_options():
         'nvidia = { runtime_type = "io.containerd.runc.v2" }\n'
     )
     after = in_place(text)[2]
-    assert runtimes_of(after, V2)["nvidia"] == {"runtime_type": rc.RUNC_TYPE, "options": {"BinaryName": NV}}
+    assert runtimes_of(after, V2)["nvidia"] == {"runtime_type": RUNC_TYPE, "options": {"BinaryName": NV}}
 
 
 def test_inline_runtime_entry_with_options_is_edited_in_place():
@@ -613,7 +631,7 @@ def test_bug_inline_cri_tables_are_edited(text):
     """A CRI or containerd table written inline: tomlkit 0.15 raises ValueError out of the
     module (not a RuntimeConfigError), 0.11.7 writes invalid TOML and refuses it."""
     after = in_place(text)[2]
-    assert runtimes_of(after, V2)["nvidia"] == {"runtime_type": rc.RUNC_TYPE, "options": {"BinaryName": NV}}
+    assert runtimes_of(after, V2)["nvidia"] == {"runtime_type": RUNC_TYPE, "options": {"BinaryName": NV}}
 
 
 def test_bug_parser_exceptions_are_typed():
@@ -626,12 +644,12 @@ def test_bug_parser_exceptions_are_typed():
         "[plugins.cri.containerd]\n"
         "[plugins.cri.containerd.runtimes.nvidia.options]\n"
     )
-    with contextlib.suppress(rc.RuntimeConfigError):
+    with contextlib.suppress(RuntimeConfigError):
         in_place(text)
 
 
 @pytest.mark.skipif(
-    rc.tomllib is None, reason="predict_without_tomlkit reads TOML with tomllib (Python 3.11)"
+    toml_text.tomllib is None, reason="predict_without_tomlkit reads TOML with tomllib (Python 3.11)"
 )
 @pytest.mark.parametrize("name", [*ALL_CONTAINERD, "crio.conf", "empty"])
 @pytest.mark.parametrize(
@@ -644,24 +662,24 @@ def test_predict_without_tomlkit_agrees_with_the_edit(name, kwargs):
     if runtime == "crio":
         kwargs = {key: value for key, value in kwargs.items() if key != "cdi"}
         new_text = crio(text, **kwargs)[0]
-        assert rc.predict_without_tomlkit(runtime, text, spec(**kwargs), CRIO_DROP_IN) == (
+        assert predict_without_tomlkit(runtime, text, spec(**kwargs), CRIO_DROP_IN) == (
             new_text != text,
             None,
         )
         return
     if name == "v1-legacy.toml" and "cdi" in kwargs and kwargs.get("state") != "absent":
-        with pytest.raises(rc.UnsupportedOption):
-            rc.predict_without_tomlkit(runtime, text, spec(**kwargs), CONFIG)
+        with pytest.raises(UnsupportedOption):
+            predict_without_tomlkit(runtime, text, spec(**kwargs), CONFIG)
         return
     try:
         new_text, _before, _after, version = in_place(text, **kwargs)
-    except rc.RuntimeConfigError:
+    except RuntimeConfigError:
         # Known limitation, not hidden: Debian 12's tomlkit 0.11.7 renders a second CRI
         # header for eks-v2.toml with enable_cdi, and the edit is refused (typed, file
         # untouched). Any other tomlkit, or any other case, must edit.
         assert tomlkit.__version__.startswith("0.11.") and name == "eks-v2.toml" and "cdi" in kwargs
         return
-    assert rc.predict_without_tomlkit(runtime, text, spec(**kwargs), CONFIG) == (new_text != text, version)
+    assert predict_without_tomlkit(runtime, text, spec(**kwargs), CONFIG) == (new_text != text, version)
 
 
 # ------------------------------------------------------------------ containerd, drop-in
@@ -741,7 +759,7 @@ def test_drop_in_on_an_empty_main_file():
         "plugins": {
             V2: {
                 "containerd": {
-                    "runtimes": {"nvidia": {"runtime_type": rc.RUNC_TYPE, "options": {"BinaryName": NV}}}
+                    "runtimes": {"nvidia": {"runtime_type": RUNC_TYPE, "options": {"BinaryName": NV}}}
                 }
             }
         },
@@ -778,7 +796,7 @@ def test_drop_in_absent_keeps_other_imports_and_resets_the_default():
             V2: {
                 "containerd": {
                     "default_runtime_name": "runc",
-                    "runtimes": {"runc": {"runtime_type": rc.RUNC_TYPE}},
+                    "runtimes": {"runc": {"runtime_type": RUNC_TYPE}},
                 }
             }
         },
@@ -791,13 +809,13 @@ def test_drop_in_absent_without_an_import_keeps_the_bytes():
 
 
 def test_drop_in_unparsable_drop_in_is_reported():
-    with pytest.raises(rc.ConfigParseError) as caught:
+    with pytest.raises(ConfigParseError) as caught:
         drop_in(fixture("k3s-v2.toml"), "version = \n")
     assert str(caught.value).startswith(DROP_IN + " line 1, column ")
 
 
 def test_drop_in_imports_of_the_wrong_type():
-    with pytest.raises(rc.ConfigShapeError) as caught:
+    with pytest.raises(ConfigShapeError) as caught:
         drop_in('version = 2\nimports = "/etc/containerd/other.toml"\n')
     assert str(caught.value) == CONFIG + ": imports is a string; expected an array"
 
@@ -889,7 +907,7 @@ def test_crio_existing_entry_gets_the_path():
 @pytest.mark.parametrize("state", ["present", "absent"])
 @pytest.mark.parametrize("enable_cdi", [True, False])
 def test_crio_enable_cdi_is_refused(state, enable_cdi):
-    with pytest.raises(rc.UnsupportedOption) as caught:
+    with pytest.raises(UnsupportedOption) as caught:
         crio(fixture("crio.conf"), state=state, cdi=enable_cdi)
     assert "enable_cdi does not apply to CRI-O" in str(caught.value)
 
@@ -904,7 +922,7 @@ def test_crio_enable_cdi_is_refused(state, enable_cdi):
 )
 def test_crio_wrong_table_type_names_the_key_path(text, path, kind):
     for state in ("present", "absent"):
-        with pytest.raises(rc.ConfigShapeError) as caught:
+        with pytest.raises(ConfigShapeError) as caught:
             crio(text, state=state)
         assert str(caught.value) == "%s: %s is a %s; expected a table, so the file is left untouched" % (
             CRIO_DROP_IN,
@@ -915,7 +933,7 @@ def test_crio_wrong_table_type_names_the_key_path(text, path, kind):
 
 def test_bug_crio_wrong_typed_default_runtime_is_a_shape_error():
     """default_runtime = [] raises TypeError (unhashable) from runtimes.get(default_name)."""
-    with pytest.raises(rc.ConfigShapeError):
+    with pytest.raises(ConfigShapeError):
         crio('[crio.runtime]\ndefault_runtime = ["crun"]\n')
 
 
@@ -1038,7 +1056,7 @@ def test_docker_empty_file():
     ],
 )
 def test_docker_bad_json_names_line_and_column(text, line, column):
-    with pytest.raises(rc.ConfigParseError) as caught:
+    with pytest.raises(ConfigParseError) as caught:
         docker(text)
     message = str(caught.value)
     assert message.startswith("%s line %d, column %d: " % (DAEMON, line, column))
@@ -1055,13 +1073,13 @@ def test_docker_bad_json_names_line_and_column(text, line, column):
     ],
 )
 def test_docker_wrong_types(text, message):
-    with pytest.raises(rc.ConfigShapeError) as caught:
+    with pytest.raises(ConfigShapeError) as caught:
         docker(text)
     assert str(caught.value) == "%s: %s" % (DAEMON, message)
 
 
 def test_docker_features_of_the_wrong_type():
-    with pytest.raises(rc.ConfigShapeError) as caught:
+    with pytest.raises(ConfigShapeError) as caught:
         docker('{"features": ["cdi"]}', cdi=True)
     assert str(caught.value) == DAEMON + ": features is a array; expected an object"
     assert docker('{"features": ["cdi"]}')[2] == {"features": ["cdi"], "runtimes": {"nvidia": {"path": NV}}}
@@ -1072,7 +1090,7 @@ def test_bug_docker_null_runtimes_is_not_a_crash():
     ConfigShapeError, or treating null as no runtimes, would both do."""
     try:
         after = docker('{"runtimes": null}')[2]
-    except rc.ConfigShapeError:
+    except ConfigShapeError:
         return
     assert after == {"runtimes": {"nvidia": {"path": NV}}}
 
@@ -1082,17 +1100,15 @@ def test_bug_docker_null_runtimes_is_not_a_crash():
 
 @pytest.mark.parametrize("name", ["nvidia", "nvidia-cdi", "gpu0", "0", "a" * 63])
 def test_validate_spec_accepts_dns_labels(name):
-    assert (
-        rc.validate_spec(spec(name=name), {"path": CONFIG, "drop_in_path": None, "runtime_path": NV}) is None
-    )
+    assert validate_spec(spec(name=name), {"path": CONFIG, "drop_in_path": None, "runtime_path": NV}) is None
 
 
 @pytest.mark.parametrize(
     "name", ["NVIDIA", "", None, "-nvidia", "nvidia-", "nvidia_cdi", "nvidia.com", "a" * 64, "nvídia"]
 )
 def test_validate_spec_rejects_runtime_names(name):
-    with pytest.raises(rc.UnsupportedOption) as caught:
-        rc.validate_spec(spec(name=name), {"path": CONFIG})
+    with pytest.raises(UnsupportedOption) as caught:
+        validate_spec(spec(name=name), {"path": CONFIG})
     assert str(caught.value).startswith("runtime_name=%r: must be a DNS label" % name)
     assert "RuntimeClass handler" in str(caught.value)
 
@@ -1120,6 +1136,6 @@ def test_validate_spec_rejects_runtime_names(name):
     ],
 )
 def test_validate_spec_rejects_relative_paths(paths, message):
-    with pytest.raises(rc.UnsupportedOption) as caught:
-        rc.validate_spec(spec(), paths)
+    with pytest.raises(UnsupportedOption) as caught:
+        validate_spec(spec(), paths)
     assert str(caught.value) == message
