@@ -105,8 +105,9 @@ options:
     default: false
 notes:
   - In check mode on a node where tomlkit is not installed yet (a fresh node whose
-    tomlkit the same run installs), the prediction of C(changed) and RV(restart_required)
-    is made from the data with Python's C(tomllib); the diff then has no new text.
+    tomlkit the same run installs), the same plan is made reading with Python's
+    C(tomllib). C(changed), RV(restart_required) and the files are exact; the diff leaves
+    out a file whose new text only tomlkit writes (an edit inside an array or inline table).
   - Nothing is written in check mode; the predicted C(changed), RV(restart_required) and
     diff are what a real run does.
 seealso:
@@ -156,12 +157,25 @@ changed_files:
   returned: always
   type: list
   elements: str
-  sample: [/etc/containerd/config.toml]
+  sample: [/etc/crio/crio.conf.d/99-nvidia.conf]
 backup_files:
   description: Backups made, as changed file -> its backup (files that existed only).
   returned: always
   type: dict
-  sample: {/etc/containerd/config.toml: /etc/containerd/config.toml.12345.2026-11-22@10:00:00~}
+  sample: {/etc/docker/daemon.json: /etc/docker/daemon.json.12345.2026-11-22@10:00:00~}
+config_mode:
+  description: The config mode used (O(config_mode), or the runtime's default for it).
+  returned: always
+  type: str
+  sample: drop_in
+planned_files:
+  description:
+    - The files this module manages for these options (what it writes when they drift),
+      whether they change now or not; for the drift guard to watch.
+  returned: always
+  type: list
+  elements: str
+  sample: [/etc/crio/crio.conf.d/99-nvidia.conf]
 created_files:
   description: Files the change created (they had no previous version to back up).
   returned: always
@@ -170,135 +184,39 @@ created_files:
   sample: [/etc/containerd/conf.d/99-nvidia.toml]
 """
 
-import os
-import tempfile
-
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.gpuops.k8s.plugins.module_utils._runtime.errors import RuntimeConfigError
-from ansible_collections.gpuops.k8s.plugins.module_utils._runtime.plan import (
-    DEFAULT_DROP_INS,
-    DEFAULT_PATHS,
-    SPEC_KEYS,
-    changes,
-    default_config_mode,
-    plan,
-    predict_without_tomlkit,
-    read,
-    validate_spec,
+from ansible_collections.gpuops.k8s.plugins.module_utils._runtime.defaults import ENGINES, OPTIONS
+from ansible_collections.gpuops.k8s.plugins.module_utils._runtime.errors import (
+    MissingTomlkit,
+    RuntimeConfigError,
 )
-from ansible_collections.gpuops.k8s.plugins.module_utils._runtime.toml_text import (
-    HAS_TOMLKIT,
-    TOMLKIT_IMPORT_ERROR,
+from ansible_collections.gpuops.k8s.plugins.module_utils._runtime.runner import run
+
+ARGUMENT_SPEC = dict(
+    runtime=dict(type="str", required=True, choices=sorted(ENGINES)),
+    state=dict(type="str", default=OPTIONS["state"], choices=["present", "absent"]),
+    path=dict(type="path"),
+    config_mode=dict(type="str", choices=["in_place", "drop_in"]),
+    drop_in_path=dict(type="path"),
+    runtime_name=dict(type="str", default=OPTIONS["runtime_name"]),
+    runtime_path=dict(type="path", default=OPTIONS["runtime_path"]),
+    set_as_default=dict(type="bool"),
+    enable_cdi=dict(type="bool"),
+    config_version=dict(type="int", default=OPTIONS["config_version"], choices=[1, 2, 3]),
+    backup=dict(type="bool", default=OPTIONS["backup"]),
 )
-
-
-def write(module, path, text):
-    """Atomically replace path with text; a new file (and its directory) is made 0644/0755."""
-    directory = os.path.dirname(path)
-    if not os.path.isdir(directory):
-        os.makedirs(directory, 0o755)
-    existed = os.path.exists(path)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".%s." % os.path.basename(path))
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-    module.atomic_move(tmp, path)
-    if not existed:
-        module.set_mode_if_different(path, "0644", False)
-
-
-def predict(module, params):
-    """Check mode without tomlkit (a fresh node, before the run that installs it)."""
-    runtime, path = params["runtime"], params["path"] or DEFAULT_PATHS[params["runtime"]]
-    if params["config_mode"] == "drop_in" and runtime == "containerd":
-        path = params["drop_in_path"] or DEFAULT_DROP_INS[runtime]
-    spec = {key: params[key] for key in SPEC_KEYS}
-    try:
-        validate_spec(spec, {"path": path, "runtime_path": spec["runtime_path"]})
-        changed, version = predict_without_tomlkit(runtime, read(path), spec, path, params["config_version"])
-    except RuntimeConfigError as error:
-        module.fail_json(msg=str(error), changed=False, restart_required=False)
-    module.warn(
-        "tomlkit is not installed on this node yet: changed and restart_required are predicted "
-        "from the data; the new text is rendered by the real run"
-    )
-    result = {
-        "changed": changed,
-        "restart_required": changed,
-        "changed_files": [path] if changed else [],
-        "created_files": [path] if changed and not os.path.exists(path) else [],
-        "backup_files": {},
-    }
-    if version is not None:
-        result["config_version"] = version
-    return result
-
-
-def run(module):
-    params = module.params
-    if params["config_mode"] is None:
-        params["config_mode"] = default_config_mode(params["runtime"])
-    if params["runtime"] != "docker" and not HAS_TOMLKIT:
-        if not module.check_mode:
-            module.fail_json(msg=missing_required_lib("tomlkit"), exception=TOMLKIT_IMPORT_ERROR)
-        return predict(module, params)
-    try:
-        planned = plan(params)
-    except RuntimeConfigError as error:
-        failure = str(error)
-    else:
-        failure = None
-    if failure is not None:
-        module.fail_json(msg=failure, changed=False, restart_required=False)
-
-    changed, restart = changes(params["runtime"], planned)
-    result = {
-        "changed": bool(changed),
-        "restart_required": restart,
-        "changed_files": sorted(changed),
-        "diff": [
-            {
-                "before_header": p,
-                "after_header": p,
-                "before": planned["before"][p],
-                "after": t or "",
-            }
-            for p, t in sorted(changed.items())
-        ],
-    }
-    if "config_version" in planned:
-        result["config_version"] = planned["config_version"]
-    result["created_files"] = sorted(p for p in changed if not os.path.exists(p))
-    result["backup_files"] = {}
-    if changed and not module.check_mode:
-        for path, text in sorted(changed.items()):
-            if params["backup"] and os.path.exists(path):
-                result["backup_files"][path] = module.backup_local(path)
-            if text is None:
-                os.remove(path)
-            else:
-                write(module, path, text)
-    return result
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            runtime=dict(type="str", required=True, choices=["containerd", "docker", "crio"]),
-            state=dict(type="str", default="present", choices=["present", "absent"]),
-            path=dict(type="path"),
-            config_mode=dict(type="str", choices=["in_place", "drop_in"]),
-            drop_in_path=dict(type="path"),
-            runtime_name=dict(type="str", default="nvidia"),
-            runtime_path=dict(type="path", default="/usr/bin/nvidia-container-runtime"),
-            set_as_default=dict(type="bool"),
-            enable_cdi=dict(type="bool"),
-            config_version=dict(type="int", default=2, choices=[1, 2, 3]),
-            backup=dict(type="bool", default=False),
-        ),
-        supports_check_mode=True,
-    )
-    module.exit_json(**run(module))
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    try:
+        result = run(module)
+    except MissingTomlkit as error:
+        module.fail_json(msg=missing_required_lib("tomlkit"), exception=error.traceback)
+    except RuntimeConfigError as error:
+        module.fail_json(msg=str(error), changed=False, restart_required=False)
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

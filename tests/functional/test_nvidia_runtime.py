@@ -267,3 +267,76 @@ def test_check_mode_without_tomlkit_predicts_what_the_real_run_does(tmp_path, ex
     assert not settled["changed"] and not settled["restart_required"]
     without_check = run_module(args, module="gpuops.k8s.nvidia_runtime", python=python)
     assert without_check["failed"] and "tomlkit" in without_check["msg"]
+
+
+# ------------------------------------------------------------- check mode without tomlkit
+
+
+def bare_python(tmp_path):
+    """A Python 3.11 without tomlkit, as on a fresh node before the role installs it."""
+    bare = tmp_path / "bare"
+    venv.create(bare, with_pip=False)
+    return bare / "bin" / "python"
+
+
+CRIO_PACKAGED = """\
+# /etc/crio/crio.conf.d/10-crio.conf as CRI-O's own packages ship it
+[crio.image]
+signature_policy = "/etc/crio/policy.json"
+
+[crio.runtime]
+default_runtime = "crun"
+
+[crio.runtime.runtimes.crun]
+runtime_path = "/usr/libexec/crio/crun"
+runtime_root = "/run/crun"
+monitor_path = "/usr/libexec/crio/conmon"
+allowed_annotations = [
+    "io.containers.trace-syscall",
+]
+
+[crio.runtime.runtimes.runc]
+runtime_path = "/usr/libexec/crio/runc"
+runtime_root = "/run/runc"
+monitor_path = "/usr/libexec/crio/conmon"
+"""
+
+
+def crio_args(tmp_path, **extra):
+    """A CRI-O node: crio.conf plus the packaged drop-in; the NVIDIA drop-in goes beside it."""
+    etc = tmp_path / "crio"
+    (etc / "crio.conf.d").mkdir(parents=True, exist_ok=True)
+    (etc / "crio.conf").write_text('[crio]\nlog_dir = "/var/log/crio/pods"\n')
+    (etc / "crio.conf.d" / "10-crio.conf").write_text(CRIO_PACKAGED)
+    return {
+        "runtime": "crio",
+        "path": str(etc / "crio.conf"),
+        "drop_in_path": str(etc / "crio.conf.d" / "99-nvidia.conf"),
+        **extra,
+    }
+
+
+PREDICTED = ("changed", "restart_required", "changed_files", "created_files")
+
+
+@pytest.mark.parametrize("settled", [False, True], ids=["fresh", "settled"])
+def test_check_mode_without_tomlkit_predicts_the_crio_drop_in(tmp_path, settled):
+    args = crio_args(tmp_path)
+    if settled:
+        assert run_module(args, module="gpuops.k8s.nvidia_runtime")["changed"]
+    predicted = run_module(args, module="gpuops.k8s.nvidia_runtime", check=True, python=bare_python(tmp_path))
+    real = run_module(args, module="gpuops.k8s.nvidia_runtime")
+    assert real["changed"] is not settled
+    for key in PREDICTED:
+        assert predicted[key] == real[key], key
+
+
+def test_check_mode_without_tomlkit_predicts_both_containerd_drop_in_files(tmp_path):
+    config = tmp_path / "config.toml"
+    config.write_text(MAIN_V2)
+    args = containerd_args(tmp_path, config, "drop_in")
+    predicted = run_module(args, module="gpuops.k8s.nvidia_runtime", check=True, python=bare_python(tmp_path))
+    real = run_module(args, module="gpuops.k8s.nvidia_runtime")
+    assert real["changed_files"] == sorted([str(config), args["drop_in_path"]])
+    for key in PREDICTED:
+        assert predicted[key] == real[key], key

@@ -21,6 +21,7 @@ import sys
 import tomllib
 
 import pytest
+import yaml
 from runtimes import containerd_dump, dockerd_validate, runtime_root
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -330,3 +331,25 @@ def test_unknown_parameters_are_refused(tmp_path):
     node = Node(tmp_path, runtime="containerd", path=str(tmp_path / "c.toml"), restart_comand="x")
     proc = node.guard()
     assert proc.returncode == 3 and "unknown parameters restart_comand" in proc.stderr
+
+
+def test_the_guard_ships_the_plan_the_module_uses():
+    """Every file of module_utils/_runtime but the module's runner is linked into the guard's
+    package, so the guard plans with nvidia_runtime's code and its one table of defaults."""
+    package = os.path.join(REPO, "plugins", "module_utils", "_runtime")
+    shipped = os.path.join(PACKAGE_PARENT, "gpuops_runtime_guard", "_runtime")
+    wanted = sorted(name for name in os.listdir(package) if name.endswith(".py") and name != "runner.py")
+    assert sorted(os.listdir(shipped)) == wanted
+    for name in wanted:
+        link = os.path.join(shipped, name)
+        assert os.path.islink(link) and os.path.realpath(link) == os.path.join(package, name), name
+
+
+def test_the_role_restarts_the_service_the_table_names():
+    sys.path.insert(0, os.path.join(REPO, "plugins", "module_utils"))
+    from _runtime.defaults import ENGINES  # noqa: PLC0415 - the collection's module_utils
+
+    with open(os.path.join(REPO, "roles", "container_runtime", "vars", "main.yml")) as handle:
+        role_vars = yaml.safe_load(handle)
+    assert role_vars["__container_runtime_services"] == {e: ENGINES[e]["service"] for e in ENGINES}
+    assert sorted(role_vars["__container_runtime_packages"]) == sorted(ENGINES)

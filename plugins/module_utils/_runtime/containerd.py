@@ -14,10 +14,10 @@ __metaclass__ = type
 
 import copy
 
-from .errors import ConfigShapeError, RuntimeConfigError, UnsupportedOption
+from .errors import ConfigShapeError, UnsupportedOption
 from .tables import apply_default, copy_of_default, current_default, walk
 from .toml_edit import edit_toml
-from .toml_text import plain, read_toml, same, tomlkit, type_name
+from .toml_text import plain, read_toml, type_name
 
 # The CRI plugin's runtime table, by containerd config version (what nvidia-ctk uses).
 CRI_PLUGIN = {1: "cri", 2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
@@ -166,15 +166,10 @@ def containerd_drop_in(
     if entry is not None and isinstance(runtimes, dict):
         runtimes[spec["runtime_name"]] = entry
     containerd_edit_data(drop, version, spec, drop_in_source, dict)
-    drop_doc = tomlkit.document()
-    drop_doc.add(tomlkit.comment("Managed by gpuops.k8s nvidia_runtime: the NVIDIA runtime, over a copy"))
-    drop_doc.add(
-        tomlkit.comment("of %s's CRI plugin table (containerd < 2 merges imports per plugin)." % main_source)
+    header = (
+        "# Managed by gpuops.k8s nvidia_runtime: the NVIDIA runtime, over a copy\n"
+        "# of %s's CRI plugin table (containerd < 2 merges imports per plugin).\n"
+        "# Edit %s instead: this file is rewritten from it.\n" % (main_source, main_source)
     )
-    drop_doc.add(tomlkit.comment("Edit %s instead: this file is rewritten from it." % main_source))
-    for key, value in drop.items():
-        drop_doc[key] = value
-    drop_text = tomlkit.dumps(drop_doc)
-    if not same(read_toml(drop_text, drop_in_source), drop):
-        raise RuntimeConfigError("%s: rendering the drop-in lost data; nothing written" % drop_in_source)
+    drop_text = edit_toml(header, drop_in_source, lambda root, _new_table: root.update(drop))[0]
     return main_after_text, drop_text, (main_before, drop_before), (main_after, drop), version

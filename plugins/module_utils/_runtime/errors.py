@@ -28,3 +28,11 @@ class ConfigShapeError(RuntimeConfigError):
 
 class UnsupportedOption(RuntimeConfigError):
     pass
+
+
+class MissingTomlkit(RuntimeConfigError):
+    """tomlkit is needed to write TOML and is not installed; traceback: the import's."""
+
+    def __init__(self, traceback):
+        super(MissingTomlkit, self).__init__("tomlkit is required")
+        self.traceback = traceback

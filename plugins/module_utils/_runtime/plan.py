@@ -3,25 +3,33 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Plan the NVIDIA runtime's configuration files: which files, their new text, restart or not.
+"""Plan the NVIDIA runtime's configuration files (which files, their new text, restart or
+not), then apply the plan.
 
-Private to the gpuops.k8s collection. Pure apart from reading the files: no AnsibleModule,
-nothing written. Shared by the nvidia_runtime module and the container_runtime role's
-drift guard, so both decide the same text and the same restart.
+Private to the gpuops.k8s collection. The one path for everything that decides about these
+files: the nvidia_runtime module (a real run, check mode, check mode on a node without
+tomlkit), the container_runtime role's drift guard, and through the module the doctor.
+plan() reads through a reader (NodeFiles: the node's files) and writes nothing; apply()
+writes a plan's changes through the caller's io (AnsibleModule's atomic_move and
+backup_local, or the guard's own).
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import copy
+import os
 import re
 
-from .containerd import containerd_drop_in, containerd_edit_data, containerd_in_place, containerd_version
-from .crio import crio_edit, crio_edit_data
+from .containerd import containerd_drop_in, containerd_in_place
+from .crio import crio_edit
+from .defaults import ENGINES
 from .docker import docker_edit, parse_json
-from .errors import ConfigParseError, RuntimeConfigError, UnsupportedOption
-from .toml_text import parse_toml, same, tomllib
+from .errors import RuntimeConfigError, UnsupportedOption
+from .toml_edit import UNRENDERED
+from .toml_text import read_toml, same
+
+SPEC_KEYS = ("state", "runtime_name", "runtime_path", "set_as_default", "enable_cdi")
 
 # A RuntimeClass handler must be a DNS label, and the runtime name is its handler.
 _RUNTIME_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -40,72 +48,126 @@ def validate_spec(spec, paths):
             raise UnsupportedOption("%s=%r: must be an absolute path" % (field, value))
 
 
-DEFAULT_PATHS = {
-    "containerd": "/etc/containerd/config.toml",
-    "docker": "/etc/docker/daemon.json",
-    "crio": "/etc/crio/crio.conf",
-}
-DEFAULT_DROP_INS = {
-    "containerd": "/etc/containerd/conf.d/99-nvidia.toml",
-    "crio": "/etc/crio/crio.conf.d/99-nvidia.conf",
-}
-SPEC_KEYS = ("state", "runtime_name", "runtime_path", "set_as_default", "enable_cdi")
+class NodeFiles:
+    """The node's files, as plan() reads them."""
+
+    def read(self, path):
+        """A file's text, or None when it does not exist."""
+        try:
+            with open(path) as handle:
+                return handle.read()
+        except FileNotFoundError:
+            return None
+        except OSError as error:
+            raise RuntimeConfigError("%s: cannot be read: %s" % (path, error.strerror or error)) from error
+
+    def listdir(self, directory):
+        """The names of the files in a directory, sorted ([] when it does not exist)."""
+        try:
+            names = os.listdir(directory)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        return sorted(n for n in names if os.path.isfile(os.path.join(directory, n)))
 
 
-def default_config_mode(runtime):
-    """nvidia_runtime's config_mode when none is given: CRI-O gets a drop-in."""
-    return "drop_in" if runtime == "crio" else "in_place"
+class Plan:
+    """What a run does: {path: new text, None (remove it) or UNRENDERED} for every file it
+    manages, each file's text now ("" when it does not exist), and what it tells the user."""
+
+    def __init__(self, runtime, config_mode):
+        self.runtime, self.config_mode = runtime, config_mode
+        self.files, self.before, self.existed, self.data = {}, {}, {}, {}
+        self.config_version = None
+        self.warnings = []
+
+    def add(self, path, old, new, before, after):
+        """A managed file: old text (None: missing), new text, the data before and after."""
+        self.files[path], self.before[path], self.existed[path] = new, old or "", old is not None
+        self.data[path] = (before, after if new is not None else {})
+
+    @property
+    def planned_files(self):
+        return sorted(self.files)
+
+    def changes(self):
+        """{path: new text, None or UNRENDERED} for the files this run changes."""
+        return {
+            path: new
+            for path, new in self.files.items()
+            if new != self.before[path] and (new is not None or self.existed[path])
+        }
+
+    def restart_required(self):
+        """The runtime reads different data from the changed files."""
+        return any(
+            not same(self.data[path][0] or None, self.data[path][1] or None) for path in self.changes()
+        )
 
 
-def read(path):
-    """A file's text, or "" when it does not exist yet."""
-    try:
-        with open(path) as handle:
-            return handle.read()
-    except FileNotFoundError:
-        return ""
+def resolve(params):
+    """The options with the engine's defaults (defaults.ENGINES) for what was left empty."""
+    engine = ENGINES[params["runtime"]]
+    resolved = dict(params)
+    for key in ("config_mode", "path", "drop_in_path"):
+        resolved[key] = params.get(key) or engine[key]
+    if resolved["runtime"] == "docker" and resolved["config_mode"] == "drop_in":
+        raise UnsupportedOption("config_mode=drop_in: Docker reads a single daemon.json; use in_place")
+    return resolved
 
 
-def plan(params):
-    """Compute {path: new text or None (remove)} for every file involved, plus metadata."""
-    runtime, mode = params["runtime"], params["config_mode"]
-    path = params["path"] or DEFAULT_PATHS[runtime]
-    drop_in = params["drop_in_path"] or DEFAULT_DROP_INS.get(runtime)
-    spec = {key: params[key] for key in SPEC_KEYS}
-    validate_spec(spec, {"path": path, "drop_in_path": drop_in, "runtime_path": spec["runtime_path"]})
-    result = {"files": {}, "before": {}}
-    if runtime == "docker":
-        if mode == "drop_in":
-            raise UnsupportedOption("config_mode=drop_in: Docker reads a single daemon.json")
-        text = read(path)
-        result["files"][path] = docker_edit(text, spec, path)[0]
-        result["before"][path] = text
-    elif runtime == "crio":
-        target = drop_in if mode == "drop_in" else path
-        text = read(target)
-        result["files"][target] = crio_edit(text, spec, target)[0]
-        result["before"][target] = text
-    elif mode == "drop_in":
-        main_text, drop_text = read(path), read(drop_in)
-        new_main, new_drop, _before, _after, version = containerd_drop_in(
-            main_text,
-            drop_text,
+def plan(params, files=None):
+    """The Plan for nvidia_runtime's options (as the module or the drift guard has them)."""
+    files = NodeFiles() if files is None else files
+    resolved = resolve(params)
+    spec = {key: resolved[key] for key in SPEC_KEYS}
+    validate_spec(
+        spec,
+        {
+            "path": resolved["path"],
+            "drop_in_path": resolved["drop_in_path"],
+            "runtime_path": spec["runtime_path"],
+        },
+    )
+    result = Plan(resolved["runtime"], resolved["config_mode"])
+    {"containerd": _containerd, "crio": _crio, "docker": _docker}[result.runtime](
+        result, resolved, spec, files
+    )
+    return result
+
+
+def _docker(result, params, spec, files):
+    path = params["path"]
+    old = files.read(path)
+    new, before, after = docker_edit(old or "", spec, path)
+    result.add(path, old, new, before, after)
+
+
+def _crio(result, params, spec, files):
+    path = params["path"] if params["config_mode"] == "in_place" else params["drop_in_path"]
+    old = files.read(path)
+    result.add(path, old, *crio_edit(old or "", spec, path))
+
+
+def _containerd(result, params, spec, files):
+    path, drop_in = params["path"], params["drop_in_path"]
+    old = files.read(path)
+    if params["config_mode"] == "drop_in":
+        old_drop = files.read(drop_in)
+        new, new_drop, befores, afters, version = containerd_drop_in(
+            old or "",
+            old_drop or "",
             spec,
             main_source=path,
             drop_in_source=drop_in,
             drop_in_path=drop_in,
             default_version=params["config_version"],
         )
-        result["files"] = {path: new_main, drop_in: new_drop}
-        result["before"] = {path: main_text, drop_in: drop_text}
-        result["config_version"] = version
+        result.add(path, old, new, befores[0], afters[0])
+        result.add(drop_in, old_drop, new_drop, befores[1], afters[1])
     else:
-        text = read(path)
-        new_text, _before, _after, version = containerd_in_place(text, spec, path, params["config_version"])
-        result["files"][path] = new_text
-        result["before"][path] = text
-        result["config_version"] = version
-    return result
+        new, before, after, version = containerd_in_place(old or "", spec, path, params["config_version"])
+        result.add(path, old, new, before, after)
+    result.config_version = version
 
 
 def effective(runtime, path, text):
@@ -114,37 +176,21 @@ def effective(runtime, path, text):
         return None
     if runtime == "docker":
         return parse_json(text, path)
-    return parse_toml(text, path).unwrap()
+    return read_toml(text, path)
 
 
-def changes(runtime, planned):
-    """({path: new text or None} for the files whose text changes, restart required)."""
-    changed = {
-        p: t for p, t in planned["files"].items() if t != planned["before"][p] and (t or planned["before"][p])
-    }
-    restart = any(
-        effective(runtime, p, planned["before"][p]) != effective(runtime, p, t or "")
-        for p, t in changed.items()
-    )
-    return changed, restart
-
-
-def predict_without_tomlkit(runtime, text, spec, source, default_version=2):
-    """Check mode on a node where tomlkit is not installed yet (the role installs it in
-    the same run): read with the standard library and apply the same edit to plain data.
-    Returns (changed, config_version); the new text itself cannot be rendered."""
-    if tomllib is None:
-        raise RuntimeConfigError("%s: tomlkit (or Python >= 3.11) is needed to read TOML" % source)
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as error:
-        raise ConfigParseError("%s: %s; the file is left untouched" % (source, error)) from error
-    before = copy.deepcopy(data)
-    if runtime == "crio":
-        crio_edit_data(data, spec, source, dict)
-        return not same(data, before), None
-    version = containerd_version(data, default_version, source)
-    if spec["state"] == "present" and "version" not in data and version != 1:
-        data["version"] = version
-    containerd_edit_data(data, version, spec, source, dict)
-    return not same(data, before), version
+def apply(changes, backup, io):
+    """Write changes ({path: new text, or None to remove the file}) through io (backup(path)
+    -> its copy, write(path, text), remove(path)), a backup of each existing file first when
+    backup; returns {path: its backup}."""
+    backups = {}
+    for path, text in sorted(changes.items()):
+        if text is UNRENDERED:
+            raise RuntimeConfigError("%s: tomlkit is required to write it" % path)
+        if backup and os.path.exists(path):
+            backups[path] = io.backup(path)
+        if text is None:
+            io.remove(path)
+        else:
+            io.write(path, text)
+    return backups

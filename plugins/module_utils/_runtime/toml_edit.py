@@ -64,6 +64,16 @@ def _glued_start(text, index):
     return start
 
 
+class _Unrendered:
+    """The new text of a file that only tomlkit can write, where it is not installed."""
+
+    def __repr__(self):
+        return "UNRENDERED"
+
+
+UNRENDERED = _Unrendered()
+
+
 def _indent(text, index):
     line_start = text.rfind("\n", 0, index) + 1
     line = text[line_start:]
@@ -295,9 +305,9 @@ def pruned(data):
 
 def edit_toml(text, source, edit):
     """Run edit(root, new_table) on a plain copy of the file's data, apply the difference to
-    the text, and check that the new text parses to exactly the intended data."""
-    if not HAS_TOMLKIT:
-        raise RuntimeConfigError("tomlkit is required to edit %s" % source)
+    the text, and check that the new text parses to exactly the intended data. Returns (new
+    text, data before, data after); the new text is UNRENDERED where only tomlkit can write
+    it and it is not installed (check mode on a fresh node; the data are exact)."""
     before = read_toml(text, source)
     expected = copy.deepcopy(before)
     edit(expected, dict)
@@ -306,6 +316,8 @@ def edit_toml(text, source, edit):
     ops = _diff(before, expected)
     plan = _TextEdit(text, source)
     structural = [op for op in ops if _needs_tomlkit(plan, op)]
+    if structural and not HAS_TOMLKIT:
+        return UNRENDERED, before, expected
     if structural:
         try:
             doc = parse_toml(text, source)

@@ -19,9 +19,7 @@ import json
 import os
 
 import pytest
-import tomlkit
 
-from ansible_collections.gpuops.k8s.plugins.module_utils._runtime import toml_text
 from ansible_collections.gpuops.k8s.plugins.module_utils._runtime.containerd import (
     RUNC_TYPE,
     containerd_drop_in,
@@ -35,10 +33,7 @@ from ansible_collections.gpuops.k8s.plugins.module_utils._runtime.errors import 
     RuntimeConfigError,
     UnsupportedOption,
 )
-from ansible_collections.gpuops.k8s.plugins.module_utils._runtime.plan import (
-    predict_without_tomlkit,
-    validate_spec,
-)
+from ansible_collections.gpuops.k8s.plugins.module_utils._runtime.plan import validate_spec
 from ansible_collections.gpuops.k8s.plugins.module_utils._runtime.toml_text import parse_toml
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "runtime_configs")
@@ -646,40 +641,6 @@ def test_bug_parser_exceptions_are_typed():
     )
     with contextlib.suppress(RuntimeConfigError):
         in_place(text)
-
-
-@pytest.mark.skipif(
-    toml_text.tomllib is None, reason="predict_without_tomlkit reads TOML with tomllib (Python 3.11)"
-)
-@pytest.mark.parametrize("name", [*ALL_CONTAINERD, "crio.conf", "empty"])
-@pytest.mark.parametrize(
-    "kwargs", [{}, {"default": True}, {"state": "absent"}, {"cdi": True}, {"default": False, "cdi": False}]
-)
-def test_predict_without_tomlkit_agrees_with_the_edit(name, kwargs):
-    """Check mode before tomlkit is installed predicts the change the real edit makes."""
-    text = "" if name == "empty" else fixture(name)
-    runtime = "crio" if name == "crio.conf" else "containerd"
-    if runtime == "crio":
-        kwargs = {key: value for key, value in kwargs.items() if key != "cdi"}
-        new_text = crio(text, **kwargs)[0]
-        assert predict_without_tomlkit(runtime, text, spec(**kwargs), CRIO_DROP_IN) == (
-            new_text != text,
-            None,
-        )
-        return
-    if name == "v1-legacy.toml" and "cdi" in kwargs and kwargs.get("state") != "absent":
-        with pytest.raises(UnsupportedOption):
-            predict_without_tomlkit(runtime, text, spec(**kwargs), CONFIG)
-        return
-    try:
-        new_text, _before, _after, version = in_place(text, **kwargs)
-    except RuntimeConfigError:
-        # Known limitation, not hidden: Debian 12's tomlkit 0.11.7 renders a second CRI
-        # header for eks-v2.toml with enable_cdi, and the edit is refused (typed, file
-        # untouched). Any other tomlkit, or any other case, must edit.
-        assert tomlkit.__version__.startswith("0.11.") and name == "eks-v2.toml" and "cdi" in kwargs
-        return
-    assert predict_without_tomlkit(runtime, text, spec(**kwargs), CONFIG) == (new_text != text, version)
 
 
 # ------------------------------------------------------------------ containerd, drop-in
