@@ -21,7 +21,17 @@ description:
     C(version)) in place, or as a drop-in plus an C(imports) entry. A new runtime entry
     starts as a copy of the runtime containerd uses now (so runc's C(SystemdCgroup) and
     other options carry over) with C(options.BinaryName) set to O(runtime_path).
-  - B(Docker) C(daemon.json) in place (key order kept), B(CRI-O) as a drop-in or in place.
+  - B(Docker) C(daemon.json) in place (key order kept), B(CRI-O) as a drop-in or in place. A
+    new CRI-O entry, like nvidia-ctk's, copies the default runtime's settings
+    (C(runtime_root), C(monitor_path), C(allowed_annotations), ...); in drop-in mode that
+    default is read from O(path) and the other files of the drop-in's directory.
+  - B(k3s and RKE2) write their containerd C(config.toml) anew at every start (its first
+    lines say so) and declare the C(nvidia) runtime themselves when they find
+    C(nvidia-container-runtime) in C(/usr/local/nvidia/toolkit) or C(/usr/bin). Such a file
+    is left alone, RV(distribution) names the distribution, RV(msg) says what it does and
+    a warning what to do (restart it; its C(default-runtime) setting).
+  - A containerd config whose CRI plugin is disabled (C(disabled_plugins), as Docker's
+    C(containerd.io) package ships it) is edited, with a warning that the edit has no effect.
   - Each result is parsed back and must equal the intended configuration before anything
     is written; an unparsable or unexpected file gets an error naming the file, line or
     key, and is left untouched.
@@ -83,7 +93,8 @@ options:
   set_as_default:
     description:
       - V(true) makes the runtime the default one; V(false) puts a default that names it
-        back to runc; unset leaves the default as the file has it.
+        back to runc (a CRI-O drop-in and Docker, no key); unset leaves the default as the
+        file has it.
     type: bool
   enable_cdi:
     description:
@@ -172,10 +183,25 @@ planned_files:
   description:
     - The files this module manages for these options (what it writes when they drift),
       whether they change now or not; for the drift guard to watch.
+    - Empty where the distribution writes the file itself (RV(distribution)).
   returned: always
   type: list
   elements: str
   sample: [/etc/crio/crio.conf.d/99-nvidia.conf]
+distribution:
+  description:
+    - V(k3s) or V(rke2) when that distribution writes containerd's config file anew at
+      every start; nothing is edited then (RV(msg)); null otherwise.
+  returned: always
+  type: str
+  sample: k3s
+msg:
+  description: What the distribution does with the file and the NVIDIA runtime.
+  returned: when RV(distribution) is set
+  type: str
+  sample: >-
+    k3s writes /var/lib/rancher/k3s/agent/etc/containerd/config.toml anew from its template
+    (config-v3.toml.tmpl or config.toml.tmpl beside it) at every start, so nothing was edited: ...
 created_files:
   description: Files the change created (they had no previous version to back up).
   returned: always

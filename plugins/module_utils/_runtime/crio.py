@@ -18,23 +18,35 @@ from .toml_edit import edit_toml
 from .toml_text import plain
 
 
-def crio_edit_data(root, spec, source, new_table):
+def crio_edit_data(root, spec, source, new_table, *, context=None):
+    """Apply spec to a CRI-O file's plain data.
+
+    context: for a drop-in, what CRI-O reads besides it (crio.conf and the other drop-ins,
+    merged): a new entry copies the default runtime found there, as one in crio.conf
+    copies crio.conf's (like nvidia-ctk: runtime_root, monitor_path, allowed_annotations,
+    ...), and taking the runtime away deletes the drop-in's default instead of naming runc.
+    """
     name = spec["runtime_name"]
     present = spec["state"] == "present"
+    reset = "runc" if context is None else None
     if spec["enable_cdi"] is not None:
         raise UnsupportedOption("enable_cdi does not apply to CRI-O: CDI is always on since CRI-O 1.24")
     runtime = walk(root, ["crio", "runtime"], source, new_table if present else None)
     if runtime is None:
         return
     runtimes = walk(runtime, ["runtimes"], source, new_table if present else None, base=["crio", "runtime"])
-    default_name = current_default(runtime, "default_runtime", source, ["crio", "runtime"])
     if not present:
         if runtimes is not None and name in runtimes:
             del runtimes[name]
-        apply_default(runtime, "default_runtime", name, False)
+        apply_default(runtime, "default_runtime", name, False, reset_value=reset)
         return
     if name not in runtimes:
-        entry = copy_of_default(runtimes, default_name, name)
+        base, base_source = (runtime, source) if context is None else context
+        if base is not runtime:
+            base = walk(base, ["crio", "runtime"], base_source) or {}
+        default_name = current_default(base, "default_runtime", base_source, ["crio", "runtime"])
+        others = walk(base, ["runtimes"], base_source, base=["crio", "runtime"]) or {}
+        entry = copy_of_default(others, default_name, name)
         entry.pop("runtime_path", None)
         entry.setdefault("runtime_type", "oci")
         runtimes[name] = entry
@@ -43,9 +55,14 @@ def crio_edit_data(root, spec, source, new_table):
         entry["runtime_path"] = spec["runtime_path"]
     if "runtime_type" not in entry:
         entry["runtime_type"] = "oci"
-    apply_default(runtime, "default_runtime", name, spec["set_as_default"])
+    apply_default(runtime, "default_runtime", name, spec["set_as_default"], reset_value=reset)
 
 
-def crio_edit(text, spec, source):
-    """Return (new_text, before, after) for a CRI-O TOML file (crio.conf or a drop-in)."""
-    return edit_toml(text, source, lambda root, new_table: crio_edit_data(root, spec, source, new_table))
+def crio_edit(text, spec, source, context=None):
+    """Return (new_text, before, after) for a CRI-O TOML file: crio.conf, or a drop-in with
+    context (data, its source for errors): what CRI-O reads besides it (crio_edit_data)."""
+
+    def edit(root, new_table):
+        crio_edit_data(root, spec, source, new_table, context=context)
+
+    return edit_toml(text, source, edit)

@@ -21,18 +21,21 @@ __metaclass__ = type
 import os
 import re
 
-from .containerd import containerd_drop_in, containerd_in_place
+from . import k3s
+from .containerd import containerd_drop_in, containerd_in_place, containerd_version
 from .crio import crio_edit
 from .defaults import ENGINES
 from .docker import docker_edit, parse_json
 from .errors import RuntimeConfigError, UnsupportedOption
-from .toml_edit import UNRENDERED
+from .toml_edit import UNRENDERED, pruned
 from .toml_text import read_toml, same
 
 SPEC_KEYS = ("state", "runtime_name", "runtime_path", "set_as_default", "enable_cdi")
 
 # A RuntimeClass handler must be a DNS label, and the runtime name is its handler.
 _RUNTIME_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+# What containerd's disabled_plugins may name to turn the CRI plugin off.
+_CRI_IDS = ("cri", "io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime")
 
 
 def validate_spec(spec, paths):
@@ -77,7 +80,7 @@ class Plan:
     def __init__(self, runtime, config_mode):
         self.runtime, self.config_mode = runtime, config_mode
         self.files, self.before, self.existed, self.data = {}, {}, {}, {}
-        self.config_version = None
+        self.config_version = self.distribution = self.msg = None
         self.warnings = []
 
     def add(self, path, old, new, before, after):
@@ -143,14 +146,60 @@ def _docker(result, params, spec, files):
 
 
 def _crio(result, params, spec, files):
-    path = params["path"] if params["config_mode"] == "in_place" else params["drop_in_path"]
+    if params["config_mode"] == "in_place":
+        path = params["path"]
+        old = files.read(path)
+        result.add(path, old, *crio_edit(old or "", spec, path))
+        return
+    path = params["drop_in_path"]
     old = files.read(path)
-    result.add(path, old, *crio_edit(old or "", spec, path))
+    new, before, after = crio_edit(old or "", spec, path, _crio_context(params["path"], path, files))
+    if spec["state"] == "absent" and not pruned(after):
+        new = None  # the drop-in holds nothing else: it goes
+    result.add(path, old, new, before, after)
+
+
+def _merge(into, data):
+    for key, value in data.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = value
+    return into
+
+
+def _crio_context(main, drop_in, files):
+    """(data, source) of what CRI-O reads besides the drop-in: crio.conf, then the other
+    files of the drop-in's directory in name order, later ones winning (crio.conf.d(5));
+    hidden files and backups (name~) left out."""
+    directory = os.path.dirname(drop_in)
+    others = [
+        os.path.join(directory, name)
+        for name in files.listdir(directory)
+        if name != os.path.basename(drop_in) and not name.startswith(".") and not name.endswith("~")
+    ]
+    merged = {}
+    for path in [main, *others]:
+        text = files.read(path)
+        if text:
+            _merge(merged, read_toml(text, path))
+    return merged, "%s (with %s)" % (main, os.path.join(directory, "*"))
 
 
 def _containerd(result, params, spec, files):
     path, drop_in = params["path"], params["drop_in_path"]
     old = files.read(path)
+    program = k3s.generated_by(path, old or "")
+    if program:
+        data = read_toml(old or "", path)
+        result.config_version = containerd_version(data, params["config_version"], path)
+        templates = [
+            t for t in k3s.TEMPLATES if files.read(os.path.join(os.path.dirname(path), t)) is not None
+        ]
+        result.distribution = program
+        result.msg, warnings = k3s.check(program, path, data, spec, templates)
+        result.warnings.extend(warnings)
+        return
     if params["config_mode"] == "drop_in":
         old_drop = files.read(drop_in)
         new, new_drop, befores, afters, version = containerd_drop_in(
@@ -168,6 +217,14 @@ def _containerd(result, params, spec, files):
         new, before, after, version = containerd_in_place(old or "", spec, path, params["config_version"])
         result.add(path, old, new, before, after)
     result.config_version = version
+    disabled = result.data[path][1].get("disabled_plugins")
+    named = [str(plugin) for plugin in disabled] if isinstance(disabled, list) else []
+    if any(plugin in _CRI_IDS for plugin in named):
+        result.warnings.append(
+            "%s: containerd's CRI plugin is disabled (disabled_plugins = %s), so the kubelet cannot "
+            "use this containerd and the %s runtime entry has no effect until the CRI plugin is "
+            "enabled (Docker's containerd.io package ships this file)" % (path, named, spec["runtime_name"])
+        )
 
 
 def effective(runtime, path, text):

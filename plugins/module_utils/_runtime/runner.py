@@ -77,6 +77,7 @@ def run(module):
         "backup_files": {},
         "config_mode": planned.config_mode,
         "planned_files": planned.planned_files,
+        "distribution": planned.distribution,
         "diff": [
             {"before_header": path, "after_header": path, "before": planned.before[path], "after": text or ""}
             for path, text in sorted(changes.items())
@@ -85,6 +86,8 @@ def run(module):
     }
     if planned.config_version is not None:
         result["config_version"] = planned.config_version
+    if planned.msg:
+        result["msg"] = planned.msg
     if changes and not module.check_mode:
         result["backup_files"] = apply(changes, params["backup"], ModuleFiles(module))
     return result

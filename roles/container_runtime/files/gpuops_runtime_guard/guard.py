@@ -245,6 +245,17 @@ def roll_back(params, state, change, why):
     )
 
 
+def delegated(planned, log):
+    """True, logged, when k3s or RKE2 writes the file anew at every start (the plan says so,
+    as it tells nvidia_runtime): a repair would be lost, and repeated for ever."""
+    if not planned.distribution:
+        return False
+    log(INFO, "%s; nothing to do" % planned.msg)
+    for warning in planned.warnings:
+        log(WARNING, warning)
+    return True
+
+
 def repair(params, state, log):
     """Plan and apply until the files are in sync (a write may land while we work)."""
     runtime, name, service = params["runtime"], params["runtime_name"], params["service"]
@@ -258,6 +269,9 @@ def repair(params, state, log):
             log(ERR, "cannot check the %s runtime: %s" % (name, error))
             outcome.update(result="error", message=str(error))
             return UNPARSABLE, outcome
+        if delegated(planned, log):
+            outcome.update(result="distribution", message=planned.msg)
+            return OK, outcome
         files = ", ".join(planned.planned_files)
         if not changed:
             if attempt == 0:
@@ -328,6 +342,8 @@ def check_only(params, log):
     except RuntimeConfigError as error:
         log(ERR, "cannot check the %s runtime: %s" % (params["runtime_name"], error))
         return UNPARSABLE
+    if delegated(planned, log):
+        return OK
     if not changed:
         log(INFO, "in sync: %s" % ", ".join(planned.planned_files))
         return OK
