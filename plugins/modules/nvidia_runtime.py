@@ -92,9 +92,11 @@ options:
     default: /usr/bin/nvidia-container-runtime
   set_as_default:
     description:
-      - V(true) makes the runtime the default one; V(false) puts a default that names it
-        back to runc (a CRI-O drop-in and Docker, no key); unset leaves the default as the
+      - V(true) makes the runtime the default one; V(false) gives back the default the file
+        had before this module made it the default (or deletes the key it added), else
+        names runc (a CRI-O drop-in and Docker, no key); unset leaves the default as the
         file has it.
+      - O(state=absent) gives the default back the same way.
     type: bool
   enable_cdi:
     description:
@@ -119,6 +121,9 @@ notes:
     tomlkit the same run installs), the same plan is made reading with Python's
     C(tomllib). C(changed), RV(restart_required) and the files are exact; the diff leaves
     out a file whose new text only tomlkit writes (an edit inside an array or inline table).
+  - A key this module adds or changes so that O(state=absent) can give back what was there
+    (a default runtime, an C(imports) line) gets a comment after it,
+    C(# gpuops.k8s nvidia_runtime) followed by C(added) or C(was) and the old value.
   - Nothing is written in check mode; the predicted C(changed), RV(restart_required) and
     diff are what a real run does.
 seealso:

@@ -36,8 +36,14 @@ def containerd_version(data, default, source):
     return version
 
 
-def containerd_edit_data(root, version, spec, source, new_table):
-    """Apply spec to a containerd config's plain data."""
+def default_key(version):
+    """The key path of containerd's default runtime name in a config of this version."""
+    return ("plugins", CRI_PLUGIN[version], "containerd", "default_runtime_name")
+
+
+def containerd_edit_data(root, version, spec, source, new_table, *, marks=None):
+    """Apply spec to a containerd config's plain data; marks: the notes its text holds."""
+    mark = (marks or {}).get(default_key(version))
     name = spec["runtime_name"]
     present = spec["state"] == "present"
     cri_keys = ["plugins", CRI_PLUGIN[version]]
@@ -60,7 +66,7 @@ def containerd_edit_data(root, version, spec, source, new_table):
     if not present:
         if runtimes is not None and name in runtimes:
             del runtimes[name]
-        apply_default(containerd, "default_runtime_name", name, False)
+        apply_default(containerd, "default_runtime_name", name, False, mark=mark)
         return
     if name in runtimes:
         entry = walk(runtimes, [name], source, base=[*containerd_keys, "runtimes"])
@@ -78,7 +84,7 @@ def containerd_edit_data(root, version, spec, source, new_table):
         entry["options"] = dict(options) if isinstance(options, dict) else {}
         entry["options"]["BinaryName"] = spec["runtime_path"]
         runtimes[name] = entry
-    apply_default(containerd, "default_runtime_name", name, spec["set_as_default"])
+    apply_default(containerd, "default_runtime_name", name, spec["set_as_default"], mark=mark)
 
 
 def containerd_in_place(text, spec, source, default_version=2):
@@ -86,13 +92,13 @@ def containerd_in_place(text, spec, source, default_version=2):
     data = read_toml(text, source)
     version = containerd_version(data, default_version, source)
 
-    def edit(root, new_table):
+    def edit(root, new_table, marks):
         # An empty or new file gets the version it is written for; absent adds nothing.
         if spec["state"] == "present" and "version" not in root and version != 1:
             root["version"] = version
-        containerd_edit_data(root, version, spec, source, new_table)
+        containerd_edit_data(root, version, spec, source, new_table, marks=marks)
 
-    new_text, before, after = edit_toml(text, source, edit)
+    new_text, before, after = edit_toml(text, source, edit, remember=[default_key(version)])
     return new_text, before, after, version
 
 
@@ -120,7 +126,7 @@ def containerd_drop_in(
     drop_before = read_toml(drop_in_text, drop_in_source)  # an unparsable drop-in is reported, not replaced
     present = spec["state"] == "present"
 
-    def main_edit(root, new_table):
+    def main_edit(root, new_table, marks):
         if present:
             # The runtime lives in the drop-in: an entry left by an earlier in-place run
             # moves there; the main file's default_runtime_name is the user's to keep.
@@ -128,7 +134,7 @@ def containerd_drop_in(
             if runtimes is not None and spec["runtime_name"] in runtimes:
                 del runtimes[spec["runtime_name"]]
         else:
-            containerd_edit_data(root, version, dict(spec, enable_cdi=None), main_source, None)
+            containerd_edit_data(root, version, dict(spec, enable_cdi=None), main_source, None, marks=marks)
         imports = root.get("imports")
         if imports is not None and not isinstance(imports, list):
             raise ConfigShapeError(
@@ -142,12 +148,15 @@ def containerd_drop_in(
                 imports.append(drop_in_path)
         elif not present and drop_in_path in listed:
             imports.remove(drop_in_path)
-            if not imports:
-                del root["imports"]
+            mark = marks.get(("imports",))
+            if not imports and mark is not None and mark.added:
+                del root["imports"]  # the line nvidia_runtime added; an imports = [] of the user's stays
         if present and "version" not in root and version != 1:
             root["version"] = version
 
-    main_after_text, main_before, main_after = edit_toml(main_text, main_source, main_edit)
+    main_after_text, main_before, main_after = edit_toml(
+        main_text, main_source, main_edit, remember=[("imports",), default_key(version)]
+    )
     if not present:
         return main_after_text, None, (main_before, drop_before), (main_after, {}), version
     cri_name = CRI_PLUGIN[version]
@@ -171,5 +180,5 @@ def containerd_drop_in(
         "# of %s's CRI plugin table (containerd < 2 merges imports per plugin).\n"
         "# Edit %s instead: this file is rewritten from it.\n" % (main_source, main_source)
     )
-    drop_text = edit_toml(header, drop_in_source, lambda root, _new_table: root.update(drop))[0]
+    drop_text = edit_toml(header, drop_in_source, lambda root, _new_table, _marks: root.update(drop))[0]
     return main_after_text, drop_text, (main_before, drop_before), (main_after, drop), version

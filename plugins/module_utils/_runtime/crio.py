@@ -17,9 +17,11 @@ from .tables import apply_default, copy_of_default, current_default, walk
 from .toml_edit import edit_toml
 from .toml_text import plain
 
+DEFAULT_KEY = ("crio", "runtime", "default_runtime")
 
-def crio_edit_data(root, spec, source, new_table, *, context=None):
-    """Apply spec to a CRI-O file's plain data.
+
+def crio_edit_data(root, spec, source, new_table, *, marks=None, context=None):
+    """Apply spec to a CRI-O file's plain data; marks: the notes its text holds.
 
     context: for a drop-in, what CRI-O reads besides it (crio.conf and the other drop-ins,
     merged): a new entry copies the default runtime found there, as one in crio.conf
@@ -28,6 +30,7 @@ def crio_edit_data(root, spec, source, new_table, *, context=None):
     """
     name = spec["runtime_name"]
     present = spec["state"] == "present"
+    mark = (marks or {}).get(DEFAULT_KEY)
     reset = "runc" if context is None else None
     if spec["enable_cdi"] is not None:
         raise UnsupportedOption("enable_cdi does not apply to CRI-O: CDI is always on since CRI-O 1.24")
@@ -38,7 +41,7 @@ def crio_edit_data(root, spec, source, new_table, *, context=None):
     if not present:
         if runtimes is not None and name in runtimes:
             del runtimes[name]
-        apply_default(runtime, "default_runtime", name, False, reset_value=reset)
+        apply_default(runtime, "default_runtime", name, False, reset_value=reset, mark=mark)
         return
     if name not in runtimes:
         base, base_source = (runtime, source) if context is None else context
@@ -55,14 +58,14 @@ def crio_edit_data(root, spec, source, new_table, *, context=None):
         entry["runtime_path"] = spec["runtime_path"]
     if "runtime_type" not in entry:
         entry["runtime_type"] = "oci"
-    apply_default(runtime, "default_runtime", name, spec["set_as_default"], reset_value=reset)
+    apply_default(runtime, "default_runtime", name, spec["set_as_default"], reset_value=reset, mark=mark)
 
 
 def crio_edit(text, spec, source, context=None):
     """Return (new_text, before, after) for a CRI-O TOML file: crio.conf, or a drop-in with
     context (data, its source for errors): what CRI-O reads besides it (crio_edit_data)."""
 
-    def edit(root, new_table):
-        crio_edit_data(root, spec, source, new_table, context=context)
+    def edit(root, new_table, marks):
+        crio_edit_data(root, spec, source, new_table, marks=marks, context=context)
 
-    return edit_toml(text, source, edit)
+    return edit_toml(text, source, edit, remember=[DEFAULT_KEY])

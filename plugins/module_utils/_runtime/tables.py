@@ -37,15 +37,21 @@ def walk(root, keys, source, new_table=None, base=()):
     return node
 
 
-def apply_default(table, key, name, set_as_default, reset_value=DEFAULT_RUNTIME):
-    """set_as_default: True makes name the default; False (or removing the runtime) puts
-    a default naming it back to runc; None leaves the user's choice alone.
-    reset_value None deletes the key instead (Docker's default needs no entry)."""
+def apply_default(table, key, name, set_as_default, *, reset_value=DEFAULT_RUNTIME, mark=None):
+    """set_as_default: True makes name the default; False (or removing the runtime) gives
+    back the default the file had before (mark: the note nvidia_runtime left on the key),
+    else puts a default naming name back to reset_value (runc; None deletes the key, as
+    for Docker, whose default needs no entry); None leaves the user's choice alone."""
     current = plain(table.get(key))
     if set_as_default is True and current != name:
         table[key] = name
     elif set_as_default is False and current == name:
-        if reset_value is None:
+        if mark is not None and (mark.added or mark.value is not None):
+            if mark.added:
+                del table[key]
+            else:
+                table[key] = mark.value
+        elif reset_value is None:
             del table[key]
         else:
             table[key] = reset_value

@@ -25,10 +25,13 @@ import copy
 
 from .errors import ConfigParseError, RuntimeConfigError
 from .toml_text import (
+    ADDED,
     HAS_TOMLKIT,
+    NOTE,
     TomlParseError,
     keypath,
     lex,
+    note_text,
     parse_toml,
     plain,
     read_toml,
@@ -36,6 +39,7 @@ from .toml_text import (
     sections_text,
     toml_path,
     tomlkit,
+    value_of,
     value_text,
 )
 
@@ -62,6 +66,17 @@ def _glued_start(text, index):
             break
         start = line_start
     return start
+
+
+class Mark:
+    """A note nvidia_runtime left after a key: it added the key, or the value it replaced."""
+
+    __slots__ = ("added", "raw", "value")
+
+    def __init__(self, note):
+        self.added = note == ADDED
+        self.raw = note[len("was ") :] if note.startswith("was ") else None
+        self.value = value_of(self.raw) if self.raw is not None else None
 
 
 class _Unrendered:
@@ -124,7 +139,25 @@ class _TextEdit:
     def insert(self, index, kind, text):
         self.inserts.setdefault(index, []).append((kind, text))
 
-    def add_key(self, section, rel_path, value):
+    def line_end(self, stmt):
+        """Where a statement's last line ends, before its line break."""
+        end = stmt.end
+        while end > stmt.start and self.text[end - 1] in "\r\n":
+            end -= 1
+        return end
+
+    def marks(self):
+        """{key path: Mark} for the statements that end with nvidia_runtime's note."""
+        found = {}
+        for _section, stmt, full in self.stmts:
+            if stmt.comment is not None:
+                line = self.text[stmt.comment : self.line_end(stmt)]
+                at = line.rfind(NOTE.lstrip())
+                if at >= 0:
+                    found[full] = Mark(line[at + len(NOTE.lstrip()) :])
+        return found
+
+    def add_key(self, section, rel_path, value, note=None):
         if section["stmts"]:
             where = section["stmts"][-1]
             index, indent = section["end"], _indent(self.text, where.start)
@@ -132,11 +165,15 @@ class _TextEdit:
             index, indent = section["end"], _indent(self.text, section["header"])
         else:
             index, indent = self.tail(section), ""
-        self.insert(index, "key", "%s%s = %s\n" % (indent, toml_path(rel_path), value_text(value)))
+        self.insert(
+            index,
+            "key",
+            "%s%s = %s%s\n" % (indent, toml_path(rel_path), value_text(value), note_text(note)),
+        )
 
-    def add_block(self, path, table):
+    def add_block(self, path, table, notes=None):
         """New sections for the table at path, next to their nearest relatives."""
-        block = "\n".join(sections_text(path, table))
+        block = "\n".join(sections_text(path, table, notes))
         headers = [s for s in self.sections if s["header"] is not None]
         below = [s for s in headers if s["path"][: len(path)] == path]
         if below:
@@ -151,14 +188,16 @@ class _TextEdit:
                 best, near = common, section
         self.insert(self.tail(near) if near else len(self.text), "block", block)
 
-    def add(self, path, value):
+    def add(self, path, value, notes):
+        """Add the key at path; notes: {key path: note} for the keys to note (see NOTE)."""
         parent, key = path[:-1], path[-1]
         if isinstance(value, dict):
-            self.add_block(path, value)
+            self.add_block(path, value, notes)
             return
+        note = notes.get(path)
         section = self.section(parent) if parent else self.sections[0]
         if section is not None:
-            self.add_key(section, (key,), value)
+            self.add_key(section, (key,), value, note)
             return
         # The parent is implicit (made by its sub-tables' headers) or made by dotted keys in
         # the section of its nearest ancestor with a header.
@@ -168,21 +207,31 @@ class _TextEdit:
                 continue
             rel = parent[depth:]
             if any(stmt.path[: len(rel)] == rel and len(stmt.path) > len(rel) for stmt in ancestor["stmts"]):
-                self.add_key(ancestor, (*rel, key), value)
+                self.add_key(ancestor, (*rel, key), value, note)
                 return
             break
-        self.add_block(parent, {key: value})
+        self.add_block(parent, {key: value}, notes)
 
-    def set(self, path, value):
+    def set(self, path, value, remember=False):
+        """Replace the value at path in its line (its comment stays). remember: note the old
+        value after it, unless a note is there; a value set back to the one a note holds is
+        written as it was, and the note goes."""
         stmt, full = self.stmt_over(path)
         if stmt is None or full != path:
             self.fail(path, "was not found where expected")
-        start = stmt.equals + 1
-        end = stmt.comment if stmt.comment is not None else stmt.end
-        segment = self.text[start:end]
+        start, line_end = stmt.equals + 1, self.line_end(stmt)
+        value_end = stmt.comment if stmt.comment is not None else line_end
+        segment = self.text[start:value_end]
         lead = segment[: len(segment) - len(segment.lstrip())]
-        trail = segment[len(segment.rstrip()) :]
-        self.cuts.append((start, end, lead + value_text(value) + trail))
+        old = segment.strip()
+        rest = segment[len(lead) + len(old) :] + self.text[value_end:line_end]
+        new = value_text(value)
+        mark = self.marks().get(path) if NOTE in rest else None
+        if mark is not None and not mark.added and mark.value is not None and same(value, mark.value):
+            new, rest = mark.raw, rest[: rest.rfind(NOTE)]
+        elif remember and mark is None and "\n" not in old:
+            rest += note_text("was " + old)
+        self.cuts.append((start, line_end, lead + new + rest))
 
     def delete(self, path):
         for section, stmt, full in self.stmts:
@@ -303,18 +352,24 @@ def pruned(data):
     return {key: value for key, value in kept.items() if value != {}}
 
 
-def edit_toml(text, source, edit):
-    """Run edit(root, new_table) on a plain copy of the file's data, apply the difference to
-    the text, and check that the new text parses to exactly the intended data. Returns (new
-    text, data before, data after); the new text is UNRENDERED where only tomlkit can write
-    it and it is not installed (check mode on a fresh node; the data are exact)."""
+def edit_toml(text, source, edit, remember=()):
+    """Run edit(root, new_table, marks) on a plain copy of the file's data, apply the
+    difference to the text, and check that the new text parses to exactly the intended data.
+
+    remember: the key paths whose previous state state=absent must give back (a default
+    runtime, an imports line): a key this edit adds is noted "added", a value it changes
+    "was <the old text>"; marks ({key path: Mark}) are the notes the text holds. Returns
+    (new text, data before, data after); the new text is UNRENDERED where only tomlkit can
+    write it and it is not installed (check mode on a fresh node; the data are exact).
+    """
     before = read_toml(text, source)
+    plan = _TextEdit(text, source) if NOTE.strip() in text else None
     expected = copy.deepcopy(before)
-    edit(expected, dict)
+    edit(expected, dict, plan.marks() if plan else {})
     if same(expected, before):
         return text, before, before  # nothing to change: keep the user's bytes
     ops = _diff(before, expected)
-    plan = _TextEdit(text, source)
+    plan = plan or _TextEdit(text, source)
     structural = [op for op in ops if _needs_tomlkit(plan, op)]
     if structural and not HAS_TOMLKIT:
         return UNRENDERED, before, expected
@@ -331,11 +386,13 @@ def edit_toml(text, source, edit):
         for op in structural:
             _tomlkit_op(doc, op, source)
         plan = _TextEdit(tomlkit.dumps(doc), source)
-    for op in ops:
-        if not any(op is done for done in structural):
-            {"add": plan.add, "set": plan.set, "del": lambda path, _value: plan.delete(path)}[op[0]](
-                op[1], op[2]
-            )
+    for kind, path, value in (op for op in ops if not any(op is done for done in structural)):
+        if kind == "add":
+            plan.add(path, value, {p: ADDED for p in remember if p[: len(path)] == path})
+        elif kind == "set":
+            plan.set(path, value, path in remember)
+        else:
+            plan.delete(path)
     after_text = plan.render()
     after = read_toml(after_text, source + " (as rewritten)")
     # An edit can leave a table empty, and a new table with nothing in it is not written;

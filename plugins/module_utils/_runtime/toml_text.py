@@ -229,19 +229,42 @@ def value_text(value):  # noqa: PLR0911 - one return per TOML type
     return str(value)  # int
 
 
-def sections_text(path, table):
-    """A new table as header sections with full paths: [path] with its keys, then its tables."""
+def sections_text(path, table, notes=None):
+    """A new table as header sections with full paths: [path] with its keys, then its tables.
+    notes: {key path: note} written as a comment after those keys (see NOTE)."""
+    notes = notes or {}
     keys = [(k, v) for k, v in table.items() if not isinstance(v, dict)]
     tables = [(k, v) for k, v in table.items() if isinstance(v, dict)]
     out = []
     if keys or not tables:
         out.append(
             "[%s]\n" % toml_path(path)
-            + "".join("%s = %s\n" % (toml_path([k]), value_text(v)) for k, v in keys)
+            + "".join(
+                "%s = %s%s\n" % (toml_path([k]), value_text(v), note_text(notes.get((*path, k))))
+                for k, v in keys
+            )
         )
     for key, value in tables:
-        out.extend(sections_text((*path, key), value))
+        out.extend(sections_text((*path, key), value, notes))
     return out
+
+
+# What nvidia_runtime notes after a key it added or changed, so that state=absent gives back
+# what was there: "added" (absent deletes the key) or "was <the old value's text>".
+NOTE = " # gpuops.k8s nvidia_runtime: "
+ADDED = "added"
+
+
+def note_text(note):
+    return NOTE + note if note else ""
+
+
+def value_of(raw):
+    """The data of a value's TOML text, or None when it is not one value."""
+    try:
+        return _loads("v = %s\n" % raw)["v"]
+    except (ValueError, KeyError, TypeError, TomlParseError):
+        return None
 
 
 def parse_toml(text, source):

@@ -380,20 +380,77 @@ def test_enable_cdi_is_ignored_by_absent_on_version_1():
     assert in_place(text, state="absent", cdi=True)[0] == text
 
 
-def test_absent_removes_the_runtime_and_resets_its_default():
-    text = fixture("k3s-v2.toml")
+def test_absent_removes_the_runtime_and_gives_back_the_default():
+    text = fixture("k3s-v2.toml")  # no default_runtime_name: containerd's default, runc
     configured = in_place(text, default=True, cdi=True)[0]
     assert toml(configured)["plugins"][V2]["containerd"]["default_runtime_name"] == "nvidia"
+    assert 'default_runtime_name = "nvidia" # gpuops.k8s nvidia_runtime: added\n' in configured
     new_text, _before, after, _version = in_place(configured, state="absent")
     assert "nvidia" not in runtimes_of(after, V2)
-    assert after["plugins"][V2]["containerd"]["default_runtime_name"] == "runc"
+    assert "default_runtime_name" not in after["plugins"][V2]["containerd"]
     # enable_cdi belongs to the CRI plugin, not to the runtime entry: absent leaves it
     assert after["plugins"][V2]["enable_cdi"] is True
     expected = toml(text)
-    expected["plugins"][V2]["containerd"]["default_runtime_name"] = "runc"
     expected["plugins"][V2]["enable_cdi"] = True
     assert after == expected
     assert_lines_kept(text, new_text)
+
+
+def test_absent_without_a_note_resets_a_default_naming_the_runtime_to_runc():
+    # A default set by hand, or by a version that left no note: what was there is unknown.
+    configured = in_place(fixture("k3s-v2.toml"), default=True)[0].replace(
+        " # gpuops.k8s nvidia_runtime: added", ""
+    )
+    after = in_place(configured, state="absent")[2]
+    assert after["plugins"][V2]["containerd"]["default_runtime_name"] == "runc"
+
+
+@pytest.mark.parametrize("name", ["containerd2-default-v3.toml", "eks-v2.toml"])
+def test_absent_gives_back_the_default_as_it_was_written(name):
+    """default_runtime_name = 'runc' in single quotes (containerd 2's own default file) comes
+    back in single quotes."""
+    text = fixture(name)
+    assert in_place(in_place(text, default=True)[0], state="absent")[0] == text
+    # set_as_default=false gives the default back the same way; the runtime stays
+    assert in_place(in_place(text, default=True)[0], default=False)[0] == in_place(text)[0]
+
+
+# Where a new runtime block went between two tables written without a blank line, absent
+# leaves one blank line there: the text cannot tell an inserted blank line from the user's.
+ONE_BLANK_LINE_LEFT = {"kubespray-v2.toml", "v1-legacy.toml"}
+
+
+@pytest.mark.parametrize("default", [None, True])
+@pytest.mark.parametrize("name", ALL_CONTAINERD)
+def test_absent_after_present_gives_back_the_text(name, default):
+    text = fixture(name)
+    main, drop = drop_in(text, default=default)[:2]
+    assert drop_in(main, drop, state="absent")[0] == text
+    back = in_place(in_place(text, default=default)[0], state="absent")[0]
+    if name in ONE_BLANK_LINE_LEFT:
+        assert (
+            back.replace("\n\n", "\n") == text.replace("\n\n", "\n")
+            and back.count("\n") == text.count("\n") + 1
+        )
+    else:
+        assert back == text
+
+
+def test_the_imports_line_nvidia_runtime_added_is_noted_and_goes_with_absent():
+    text = fixture("kubespray-v2.toml")
+    main = drop_in(text)[0]
+    assert 'imports = ["%s"] # gpuops.k8s nvidia_runtime: added\n' % DROP_IN in main
+    assert drop_in(drop_in(main)[0])[0] == main  # a second run: one note, nothing changes
+
+
+def test_notes_do_not_pile_up_and_go_when_the_value_comes_back():
+    text = fixture("eks-v2.toml")  # default_runtime_name = "runc"
+    noted = in_place(text, default=True)[0]
+    assert noted.count('# gpuops.k8s nvidia_runtime: was "runc"') == 1
+    assert in_place(noted, default=True)[0] == noted
+    back = in_place(noted, default=False)[0]
+    assert "gpuops.k8s nvidia_runtime" not in back
+    assert in_place(back, default=True)[0] == noted
 
 
 def prune_empty(data):
@@ -430,7 +487,8 @@ def test_bug_absent_undoes_present_when_no_other_runtime_is_declared(text):
 
 def test_bug_drop_in_absent_with_an_in_place_entry_as_the_only_runtime():
     """Same as above in drop-in mode: the main file's nvidia entry (from an earlier in-place
-    run) is the only runtime, so removing it is refused."""
+    run) is the only runtime, so removing it is refused. The imports line has no note (not
+    added by nvidia_runtime): the user's imports = [] stays."""
     text = (
         'version = 2\nimports = ["%s"]\n'
         '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]\n'
@@ -438,7 +496,7 @@ def test_bug_drop_in_absent_with_an_in_place_entry_as_the_only_runtime():
     ) % DROP_IN
     new_main, new_drop = drop_in(text, "", state="absent")[:2]
     assert new_drop is None
-    assert prune_empty(toml(new_main)) == {"version": 2}
+    assert prune_empty(toml(new_main)) == {"version": 2, "imports": []}
 
 
 def test_absent_after_present_restores_the_data():
@@ -821,15 +879,16 @@ def test_crio_default_runtime(initial, set_as_default, final):
     assert crio(new_text, default=set_as_default)[0] == new_text
 
 
-def test_crio_absent_removes_the_runtime_and_resets_the_default():
+def test_crio_absent_removes_the_runtime_and_gives_back_the_default():
     text = fixture("crio.conf")
     configured = crio(text, default=True)[0]
-    _new_text, _before, after = crio(configured, state="absent")
+    note = ' # gpuops.k8s nvidia_runtime: was "crun"'
+    assert 'default_runtime = "nvidia" # crun is the default since CRI-O 1.31' + note in configured
+    new_text, _before, after = crio(configured, state="absent")
     assert "nvidia" not in after["crio"]["runtime"]["runtimes"]
-    assert after["crio"]["runtime"]["default_runtime"] == "runc"
-    expected = toml(text)
-    expected["crio"]["runtime"]["default_runtime"] = "runc"
-    assert after == expected
+    assert after["crio"]["runtime"]["default_runtime"] == "crun"
+    assert after == toml(text)
+    assert new_text == text
     assert crio(text, state="absent")[0] == text
 
 

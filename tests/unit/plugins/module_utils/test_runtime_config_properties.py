@@ -69,6 +69,7 @@ given, settings, assume, HealthCheck = (
     hypothesis.HealthCheck,
 )
 
+NOTE = "# gpuops.k8s nvidia_runtime:"  # the note a default the edit set carries
 EXAMPLES = int(os.environ.get("RC_EXAMPLES", "500"))
 PROPERTY = settings(
     max_examples=EXAMPLES,
@@ -385,10 +386,12 @@ def test_containerd_in_place_keeps_everything_else(text, options):
         for path, value in old.items():
             if path != (*containerd, "default_runtime_name"):
                 assert restored.get(path, "<lost>") == value, path
-        if default is True or old.get((*containerd, "default_runtime_name")) == "nvidia":
-            assert restored[(*containerd, "default_runtime_name")] == "runc"  # reset, not left naming nvidia
+        key = (*containerd, "default_runtime_name")
+        if old.get(key) == "nvidia" or (default is True and NOTE not in new_text):
+            # named nvidia before, or in an inline table (no note): reset, not left naming nvidia
+            assert restored[key] == "runc"
         else:
-            assert pruned(undone[2]) == pruned(before)
+            assert pruned(undone[2]) == pruned(before)  # what was there, the default included
         assert_text_kept(text, undone[0])
 
 
@@ -514,10 +517,11 @@ def test_crio_keeps_everything_else(text, default):
         for path, value in old.items():
             if path != ("crio", "runtime", "default_runtime"):
                 assert restored.get(path, "<lost>") == value, path
-        if default is True or old.get(("crio", "runtime", "default_runtime")) == "nvidia":
-            assert restored[("crio", "runtime", "default_runtime")] == "runc"
+        key = ("crio", "runtime", "default_runtime")
+        if old.get(key) == "nvidia" or (default is True and NOTE not in new_text):
+            assert restored[key] == "runc"
         else:
-            assert pruned(undone[2]) == pruned(before)
+            assert pruned(undone[2]) == pruned(before)  # what was there, the default included
         assert_text_kept(text, undone[0])
 
 
@@ -677,7 +681,9 @@ def test_case_dotted_keys_under_plugins_are_edited():
         " # mine\n"
     )
     new_text, _before, after, _version = containerd_in_place(text, spec(default=True), "c")
-    assert '"io.containerd.grpc.v1.cri".containerd.default_runtime_name = "nvidia" # mine\n' in new_text
+    note = ' # gpuops.k8s nvidia_runtime: was "runc"'
+    assert '"io.containerd.grpc.v1.cri".containerd.default_runtime_name = "nvidia" # mine' + note in new_text
+    assert containerd_in_place(new_text, spec(state="absent"), "c")[0].startswith(text)
     assert after["plugins"][CRI[2]]["containerd"]["runtimes"]["nvidia"]["options"]["BinaryName"] == NV
 
 

@@ -209,7 +209,7 @@ def test_crio_drop_in_copies_the_default_runtime_crio_reads_from_crio_conf_and_t
 def test_crio_drop_in_absent_after_present_removes_the_drop_in():
     files = crio_node()
     present = applied(files, plan(options(runtime="crio", set_as_default=True), files))
-    assert 'default_runtime = "nvidia"' in present[CRIO_DROP_IN]
+    assert 'default_runtime = "nvidia" # gpuops.k8s nvidia_runtime: added' in present[CRIO_DROP_IN]
     absent = plan(options(runtime="crio", state="absent"), present)
     assert absent.changes() == {CRIO_DROP_IN: None} and absent.restart_required()
     assert applied(present, absent) == files
