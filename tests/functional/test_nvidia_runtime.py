@@ -15,7 +15,7 @@ import venv
 from pathlib import Path
 
 import pytest
-from conftest import run_module
+from conftest import REPO, run_module
 from runtimes import CONTAINERD_SUITES, containerd_dump, dockerd_validate
 
 BINARY = "/usr/bin/nvidia-container-runtime"
@@ -280,27 +280,9 @@ def bare_python(tmp_path):
     return bare / "bin" / "python"
 
 
-CRIO_PACKAGED = """\
-# /etc/crio/crio.conf.d/10-crio.conf as CRI-O's own packages ship it
-[crio.image]
-signature_policy = "/etc/crio/policy.json"
-
-[crio.runtime]
-default_runtime = "crun"
-
-[crio.runtime.runtimes.crun]
-runtime_path = "/usr/libexec/crio/crun"
-runtime_root = "/run/crun"
-monitor_path = "/usr/libexec/crio/conmon"
-allowed_annotations = [
-    "io.containers.trace-syscall",
-]
-
-[crio.runtime.runtimes.runc]
-runtime_path = "/usr/libexec/crio/runc"
-runtime_root = "/run/runc"
-monitor_path = "/usr/libexec/crio/conmon"
-"""
+# /etc/crio/crio.conf.d/10-crio.conf as CRI-O's own packages ship it (crun the default).
+FIXTURES = REPO / "tests" / "unit" / "plugins" / "module_utils" / "fixtures" / "runtime_configs"
+CRIO_PACKAGED = (FIXTURES / "crio-10-crio.conf").read_text()
 
 
 def crio_args(tmp_path, **extra):

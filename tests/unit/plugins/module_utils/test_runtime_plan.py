@@ -167,15 +167,7 @@ def test_a_rewritten_drop_in_with_the_same_data_changes_but_needs_no_restart():
 
 # ------------------------------------------------------------------ CRI-O drop-in
 
-CRIO_PACKAGED = """\
-[crio.runtime]
-default_runtime = "crun"
-
-[crio.runtime.runtimes.crun]
-runtime_path = "/usr/libexec/crio/crun"
-runtime_root = "/run/crun"
-monitor_path = "/usr/libexec/crio/conmon"
-"""
+CRIO_PACKAGED = fixture("crio-10-crio.conf")  # as CRI-O's packages ship it: crun the default
 
 
 def crio_node():
@@ -203,6 +195,7 @@ def test_crio_drop_in_copies_the_default_runtime_crio_reads_from_crio_conf_and_t
         "runtime_type": "oci",
         "runtime_root": "/run/site-crun",
         "monitor_path": "/usr/libexec/crio/conmon",
+        "allowed_annotations": ["io.containers.trace-syscall"],
     }
 
 
