@@ -2,7 +2,8 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Behaviour of _runtime_config over real-world configuration shapes and small documents.
+"""Behaviour of the runtime edits (module_utils/_runtime) over real-world configuration
+shapes and small documents.
 
 Tests named test_bug_* (any tomlkit) and test_tomlkit_0117_* (Debian's tomlkit 0.11.7) pin
 bugs found while writing these tests, each with the smallest input that shows it; the ones

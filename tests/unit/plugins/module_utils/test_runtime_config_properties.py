@@ -2,7 +2,8 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Property tests of _runtime_config: over generated containerd (v1, v2, v3), CRI-O and Docker
+"""Property tests of the runtime edits (module_utils/_runtime): over generated containerd
+(v1, v2, v3), CRI-O and Docker
 configurations, and the real-world fixtures mutated, the edit keeps every other key, every
 comment and the order of the user's tables, is idempotent, is undone by state=absent, and
 fails only with typed errors.
