@@ -476,7 +476,7 @@ def declare_nvidia_runtime(path):
     code, defaults), so the doctor and RuntimeClass nvidia see a configured node. The lab has
     no NVIDIA Container Toolkit: a pod that selects this handler fails to start."""
     sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
-    import _runtime_config  # noqa: PLC0415 - the collection's module_utils, found at run time
+    from _runtime import containerd  # noqa: PLC0415 - the collection's module_utils, found at run time
 
     spec = {
         "state": "present",
@@ -485,7 +485,7 @@ def declare_nvidia_runtime(path):
         "set_as_default": None,
         "enable_cdi": None,
     }
-    text = _runtime_config.containerd_in_place(path.read_text(), spec, str(path))[0]
+    text = containerd.containerd_in_place(path.read_text(), spec, str(path))[0]
     path.write_text(text)
 
 

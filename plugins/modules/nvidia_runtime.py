@@ -21,7 +21,17 @@ description:
     C(version)) in place, or as a drop-in plus an C(imports) entry. A new runtime entry
     starts as a copy of the runtime containerd uses now (so runc's C(SystemdCgroup) and
     other options carry over) with C(options.BinaryName) set to O(runtime_path).
-  - B(Docker) C(daemon.json) in place (key order kept), B(CRI-O) as a drop-in or in place.
+  - B(Docker) C(daemon.json) in place (key order kept), B(CRI-O) as a drop-in or in place. A
+    new CRI-O entry, like nvidia-ctk's, copies the default runtime's settings
+    (C(runtime_root), C(monitor_path), C(allowed_annotations), ...); in drop-in mode that
+    default is read from O(path) and the other files of the drop-in's directory.
+  - B(k3s and RKE2) write their containerd C(config.toml) anew at every start (its first
+    lines say so) and declare the C(nvidia) runtime themselves when they find
+    C(nvidia-container-runtime) in C(/usr/local/nvidia/toolkit) or C(/usr/bin). Such a file
+    is left alone, RV(distribution) names the distribution, RV(msg) says what it does and
+    a warning what to do (restart it; its C(default-runtime) setting).
+  - A containerd config whose CRI plugin is disabled (C(disabled_plugins), as Docker's
+    C(containerd.io) package ships it) is edited, with a warning that the edit has no effect.
   - Each result is parsed back and must equal the intended configuration before anything
     is written; an unparsable or unexpected file gets an error naming the file, line or
     key, and is left untouched.
@@ -82,8 +92,11 @@ options:
     default: /usr/bin/nvidia-container-runtime
   set_as_default:
     description:
-      - V(true) makes the runtime the default one; V(false) puts a default that names it
-        back to runc; unset leaves the default as the file has it.
+      - V(true) makes the runtime the default one; V(false) gives back the default the file
+        had before this module made it the default (or deletes the key it added), else
+        names runc (a CRI-O drop-in and Docker, no key); unset leaves the default as the
+        file has it.
+      - O(state=absent) gives the default back the same way.
     type: bool
   enable_cdi:
     description:
@@ -105,8 +118,12 @@ options:
     default: false
 notes:
   - In check mode on a node where tomlkit is not installed yet (a fresh node whose
-    tomlkit the same run installs), the prediction of C(changed) and RV(restart_required)
-    is made from the data with Python's C(tomllib); the diff then has no new text.
+    tomlkit the same run installs), the same plan is made reading with Python's
+    C(tomllib). C(changed), RV(restart_required) and the files are exact; the diff leaves
+    out a file whose new text only tomlkit writes (an edit inside an array or inline table).
+  - A key this module adds or changes so that O(state=absent) can give back what was there
+    (a default runtime, an C(imports) line) gets a comment after it,
+    C(# gpuops.k8s nvidia_runtime) followed by C(added) or C(was) and the old value.
   - Nothing is written in check mode; the predicted C(changed), RV(restart_required) and
     diff are what a real run does.
 seealso:
@@ -156,12 +173,40 @@ changed_files:
   returned: always
   type: list
   elements: str
-  sample: [/etc/containerd/config.toml]
+  sample: [/etc/crio/crio.conf.d/99-nvidia.conf]
 backup_files:
   description: Backups made, as changed file -> its backup (files that existed only).
   returned: always
   type: dict
-  sample: {/etc/containerd/config.toml: /etc/containerd/config.toml.12345.2026-11-22@10:00:00~}
+  sample: {/etc/docker/daemon.json: /etc/docker/daemon.json.12345.2026-11-22@10:00:00~}
+config_mode:
+  description: The config mode used (O(config_mode), or the runtime's default for it).
+  returned: always
+  type: str
+  sample: drop_in
+planned_files:
+  description:
+    - The files this module manages for these options (what it writes when they drift),
+      whether they change now or not; for the drift guard to watch.
+    - Empty where the distribution writes the file itself (RV(distribution)).
+  returned: always
+  type: list
+  elements: str
+  sample: [/etc/crio/crio.conf.d/99-nvidia.conf]
+distribution:
+  description:
+    - V(k3s) or V(rke2) when that distribution writes containerd's config file anew at
+      every start; nothing is edited then (RV(msg)); null otherwise.
+  returned: always
+  type: str
+  sample: k3s
+msg:
+  description: What the distribution does with the file and the NVIDIA runtime.
+  returned: when RV(distribution) is set
+  type: str
+  sample: >-
+    k3s writes /var/lib/rancher/k3s/agent/etc/containerd/config.toml anew from its template
+    (config-v3.toml.tmpl or config.toml.tmpl beside it) at every start, so nothing was edited: ...
 created_files:
   description: Files the change created (they had no previous version to back up).
   returned: always
@@ -170,131 +215,39 @@ created_files:
   sample: [/etc/containerd/conf.d/99-nvidia.toml]
 """
 
-import os
-import tempfile
-
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.gpuops.k8s.plugins.module_utils import _runtime_config as rc
-from ansible_collections.gpuops.k8s.plugins.module_utils._runtime_plan import (
-    DEFAULT_DROP_INS,
-    DEFAULT_PATHS,
-    SPEC_KEYS,
-    changes,
-    default_config_mode,
-    plan,
-    read,
+from ansible_collections.gpuops.k8s.plugins.module_utils._runtime.defaults import ENGINES, OPTIONS
+from ansible_collections.gpuops.k8s.plugins.module_utils._runtime.errors import (
+    MissingTomlkit,
+    RuntimeConfigError,
+)
+from ansible_collections.gpuops.k8s.plugins.module_utils._runtime.runner import run
+
+ARGUMENT_SPEC = dict(
+    runtime=dict(type="str", required=True, choices=sorted(ENGINES)),
+    state=dict(type="str", default=OPTIONS["state"], choices=["present", "absent"]),
+    path=dict(type="path"),
+    config_mode=dict(type="str", choices=["in_place", "drop_in"]),
+    drop_in_path=dict(type="path"),
+    runtime_name=dict(type="str", default=OPTIONS["runtime_name"]),
+    runtime_path=dict(type="path", default=OPTIONS["runtime_path"]),
+    set_as_default=dict(type="bool"),
+    enable_cdi=dict(type="bool"),
+    config_version=dict(type="int", default=OPTIONS["config_version"], choices=[1, 2, 3]),
+    backup=dict(type="bool", default=OPTIONS["backup"]),
 )
 
 
-def write(module, path, text):
-    """Atomically replace path with text; a new file (and its directory) is made 0644/0755."""
-    directory = os.path.dirname(path)
-    if not os.path.isdir(directory):
-        os.makedirs(directory, 0o755)
-    existed = os.path.exists(path)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".%s." % os.path.basename(path))
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-    module.atomic_move(tmp, path)
-    if not existed:
-        module.set_mode_if_different(path, "0644", False)
-
-
-def predict(module, params):
-    """Check mode without tomlkit (a fresh node, before the run that installs it)."""
-    runtime, path = params["runtime"], params["path"] or DEFAULT_PATHS[params["runtime"]]
-    if params["config_mode"] == "drop_in" and runtime == "containerd":
-        path = params["drop_in_path"] or DEFAULT_DROP_INS[runtime]
-    spec = {key: params[key] for key in SPEC_KEYS}
-    try:
-        rc.validate_spec(spec, {"path": path, "runtime_path": spec["runtime_path"]})
-        changed, version = rc.predict_without_tomlkit(
-            runtime, read(path), spec, path, params["config_version"]
-        )
-    except rc.RuntimeConfigError as error:
-        module.fail_json(msg=str(error), changed=False, restart_required=False)
-    module.warn(
-        "tomlkit is not installed on this node yet: changed and restart_required are predicted "
-        "from the data; the new text is rendered by the real run"
-    )
-    result = {
-        "changed": changed,
-        "restart_required": changed,
-        "changed_files": [path] if changed else [],
-        "created_files": [path] if changed and not os.path.exists(path) else [],
-        "backup_files": {},
-    }
-    if version is not None:
-        result["config_version"] = version
-    return result
-
-
-def run(module):
-    params = module.params
-    if params["config_mode"] is None:
-        params["config_mode"] = default_config_mode(params["runtime"])
-    if params["runtime"] != "docker" and not rc.HAS_TOMLKIT:
-        if not module.check_mode:
-            module.fail_json(msg=missing_required_lib("tomlkit"), exception=rc.TOMLKIT_IMPORT_ERROR)
-        return predict(module, params)
-    try:
-        planned = plan(params)
-    except rc.RuntimeConfigError as error:
-        failure = str(error)
-    else:
-        failure = None
-    if failure is not None:
-        module.fail_json(msg=failure, changed=False, restart_required=False)
-
-    changed, restart = changes(params["runtime"], planned)
-    result = {
-        "changed": bool(changed),
-        "restart_required": restart,
-        "changed_files": sorted(changed),
-        "diff": [
-            {
-                "before_header": p,
-                "after_header": p,
-                "before": planned["before"][p],
-                "after": t or "",
-            }
-            for p, t in sorted(changed.items())
-        ],
-    }
-    if "config_version" in planned:
-        result["config_version"] = planned["config_version"]
-    result["created_files"] = sorted(p for p in changed if not os.path.exists(p))
-    result["backup_files"] = {}
-    if changed and not module.check_mode:
-        for path, text in sorted(changed.items()):
-            if params["backup"] and os.path.exists(path):
-                result["backup_files"][path] = module.backup_local(path)
-            if text is None:
-                os.remove(path)
-            else:
-                write(module, path, text)
-    return result
-
-
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            runtime=dict(type="str", required=True, choices=["containerd", "docker", "crio"]),
-            state=dict(type="str", default="present", choices=["present", "absent"]),
-            path=dict(type="path"),
-            config_mode=dict(type="str", choices=["in_place", "drop_in"]),
-            drop_in_path=dict(type="path"),
-            runtime_name=dict(type="str", default="nvidia"),
-            runtime_path=dict(type="path", default="/usr/bin/nvidia-container-runtime"),
-            set_as_default=dict(type="bool"),
-            enable_cdi=dict(type="bool"),
-            config_version=dict(type="int", default=2, choices=[1, 2, 3]),
-            backup=dict(type="bool", default=False),
-        ),
-        supports_check_mode=True,
-    )
-    module.exit_json(**run(module))
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    try:
+        result = run(module)
+    except MissingTomlkit as error:
+        module.fail_json(msg=missing_required_lib("tomlkit"), exception=error.traceback)
+    except RuntimeConfigError as error:
+        module.fail_json(msg=str(error), changed=False, restart_required=False)
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

@@ -12,9 +12,10 @@ import hashlib
 import json
 import tomllib
 import venv
+from pathlib import Path
 
 import pytest
-from conftest import run_module
+from conftest import REPO, run_module
 from runtimes import CONTAINERD_SUITES, containerd_dump, dockerd_validate
 
 BINARY = "/usr/bin/nvidia-container-runtime"
@@ -267,3 +268,203 @@ def test_check_mode_without_tomlkit_predicts_what_the_real_run_does(tmp_path, ex
     assert not settled["changed"] and not settled["restart_required"]
     without_check = run_module(args, module="gpuops.k8s.nvidia_runtime", python=python)
     assert without_check["failed"] and "tomlkit" in without_check["msg"]
+
+
+# ------------------------------------------------------------- check mode without tomlkit
+
+
+def bare_python(tmp_path):
+    """A Python 3.11 without tomlkit, as on a fresh node before the role installs it."""
+    bare = tmp_path / "bare"
+    venv.create(bare, with_pip=False)
+    return bare / "bin" / "python"
+
+
+# /etc/crio/crio.conf.d/10-crio.conf as CRI-O's own packages ship it (crun the default).
+FIXTURES = REPO / "tests" / "unit" / "plugins" / "module_utils" / "fixtures" / "runtime_configs"
+CRIO_PACKAGED = (FIXTURES / "crio-10-crio.conf").read_text()
+
+
+def crio_args(tmp_path, **extra):
+    """A CRI-O node: crio.conf plus the packaged drop-in; the NVIDIA drop-in goes beside it."""
+    etc = tmp_path / "crio"
+    (etc / "crio.conf.d").mkdir(parents=True, exist_ok=True)
+    (etc / "crio.conf").write_text('[crio]\nlog_dir = "/var/log/crio/pods"\n')
+    (etc / "crio.conf.d" / "10-crio.conf").write_text(CRIO_PACKAGED)
+    return {
+        "runtime": "crio",
+        "path": str(etc / "crio.conf"),
+        "drop_in_path": str(etc / "crio.conf.d" / "99-nvidia.conf"),
+        **extra,
+    }
+
+
+PREDICTED = ("changed", "restart_required", "changed_files", "created_files")
+
+
+@pytest.mark.parametrize("settled", [False, True], ids=["fresh", "settled"])
+def test_check_mode_without_tomlkit_predicts_the_crio_drop_in(tmp_path, settled):
+    args = crio_args(tmp_path)
+    if settled:
+        assert run_module(args, module="gpuops.k8s.nvidia_runtime")["changed"]
+    predicted = run_module(args, module="gpuops.k8s.nvidia_runtime", check=True, python=bare_python(tmp_path))
+    real = run_module(args, module="gpuops.k8s.nvidia_runtime")
+    assert real["changed"] is not settled
+    for key in PREDICTED:
+        assert predicted[key] == real[key], key
+
+
+def test_check_mode_without_tomlkit_predicts_both_containerd_drop_in_files(tmp_path):
+    config = tmp_path / "config.toml"
+    config.write_text(MAIN_V2)
+    args = containerd_args(tmp_path, config, "drop_in")
+    predicted = run_module(args, module="gpuops.k8s.nvidia_runtime", check=True, python=bare_python(tmp_path))
+    real = run_module(args, module="gpuops.k8s.nvidia_runtime")
+    assert real["changed_files"] == sorted([str(config), args["drop_in_path"]])
+    for key in PREDICTED:
+        assert predicted[key] == real[key], key
+
+
+# ------------------------------------------------------------- what real configs show
+
+
+def test_crio_drop_in_copies_the_default_runtime_settings_like_in_place(tmp_path):
+    args = crio_args(tmp_path)
+    result = run_module(args, module="gpuops.k8s.nvidia_runtime")
+    assert result["changed"] and result["changed_files"] == [args["drop_in_path"]]
+    entry = tomllib.loads(Path(args["drop_in_path"]).read_text())["crio"]["runtime"]["runtimes"]["nvidia"]
+    # What CRI-O merges from crio.conf and 10-crio.conf: the default runtime is crun.
+    assert entry == {
+        "runtime_path": BINARY,
+        "runtime_type": "oci",
+        "runtime_root": "/run/crun",
+        "monitor_path": "/usr/libexec/crio/conmon",
+        "allowed_annotations": ["io.containers.trace-syscall"],
+    }
+    # In place, the same main data gives the same entry.
+    merged = tmp_path / "merged.conf"
+    merged.write_text(CRIO_PACKAGED)
+    run_module(
+        {"runtime": "crio", "path": str(merged), "config_mode": "in_place"},
+        module="gpuops.k8s.nvidia_runtime",
+    )
+    assert tomllib.loads(merged.read_text())["crio"]["runtime"]["runtimes"]["nvidia"] == entry
+    assert not run_module(args, module="gpuops.k8s.nvidia_runtime")["changed"]
+
+
+@pytest.mark.parametrize(
+    "main",
+    [MAIN_V2, MAIN_V2.replace("oom_score = -999\n", "oom_score = -999\nimports = []\n")],
+    ids=["no-imports", "empty-imports"],
+)
+def test_containerd_absent_after_present_gives_back_the_file_as_it_was(tmp_path, main):
+    config = tmp_path / "config.toml"
+    config.write_text(main)
+    args = containerd_args(tmp_path, config, "drop_in")
+    assert run_module(args, module="gpuops.k8s.nvidia_runtime")["changed"]
+    removed = run_module(dict(args, state="absent"), module="gpuops.k8s.nvidia_runtime")
+    assert removed["changed"]
+    assert config.read_text() == main
+    assert not (tmp_path / "conf.d" / "99-nvidia.toml").exists()
+
+
+@pytest.mark.parametrize("set_as_default", [True, False, None])
+def test_crio_absent_after_present_gives_back_the_default_runtime(tmp_path, set_as_default):
+    config = tmp_path / "crio.conf"
+    config.write_text(CRIO_PACKAGED)
+    args = {
+        "runtime": "crio",
+        "path": str(config),
+        "config_mode": "in_place",
+        "set_as_default": set_as_default,
+    }
+    assert run_module(args, module="gpuops.k8s.nvidia_runtime")["changed"]
+    assert run_module(dict(args, state="absent"), module="gpuops.k8s.nvidia_runtime")["changed"]
+    assert config.read_text() == CRIO_PACKAGED
+
+
+K3S_GENERATED = """\
+
+# File generated by {program}. DO NOT EDIT. Use config.toml.tmpl instead.
+version = 2
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = "/var/lib/rancher/{program}/agent/containerd"
+[plugins."io.containerd.grpc.v1.cri"]
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "10010"
+  enable_selinux = false
+  enable_unprivileged_ports = true
+  enable_unprivileged_icmp = true
+  sandbox_image = "rancher/mirrored-pause:3.6"
+
+[plugins."io.containerd.grpc.v1.cri".containerd]
+  snapshotter = "overlayfs"
+  disable_snapshot_annotations = true
+
+[plugins."io.containerd.grpc.v1.cri".cni]
+  bin_dir = "/var/lib/rancher/{program}/data/current/bin"
+  conf_dir = "/var/lib/rancher/{program}/agent/etc/cni/net.d"
+
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+  SystemdCgroup = true
+"""
+K3S_DETECTED = """
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes."nvidia"]
+  runtime_type = "io.containerd.runc.v2"
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes."nvidia".options]
+  BinaryName = "/usr/bin/nvidia-container-runtime"
+"""
+
+
+@pytest.mark.parametrize("program", ["k3s", "rke2"])
+@pytest.mark.parametrize("detected", [False, True], ids=["before-restart", "detected"])
+def test_k3s_and_rke2_configs_are_left_to_their_own_nvidia_detection(tmp_path, program, detected):
+    config = tmp_path / "config.toml"
+    text = K3S_GENERATED.format(program=program) + (K3S_DETECTED if detected else "")
+    config.write_text(text)
+    args = {"runtime": "containerd", "path": str(config)}
+    predicted = run_module(args, module="gpuops.k8s.nvidia_runtime", check=True, diff=True)
+    result = run_module(args, module="gpuops.k8s.nvidia_runtime", diff=True)
+    assert config.read_text() == text and sorted(p.name for p in tmp_path.iterdir()) == ["config.toml"]
+    for outcome in (predicted, result):
+        assert not outcome["changed"] and not outcome["restart_required"]
+        assert outcome["distribution"] == program and outcome["planned_files"] == []
+        assert "config.toml.tmpl" in outcome["msg"] and "nvidia-container-runtime" in outcome["msg"]
+    warnings = " ".join(result.get("warnings", []))
+    if detected:
+        assert "restart" not in warnings
+    else:
+        assert "restart %s" % program in warnings
+
+
+def test_k3s_cannot_name_the_runtime_otherwise(tmp_path):
+    config = tmp_path / "config.toml"
+    config.write_text(K3S_GENERATED.format(program="k3s"))
+    result = run_module(
+        {"runtime": "containerd", "path": str(config), "runtime_name": "gpu"},
+        module="gpuops.k8s.nvidia_runtime",
+    )
+    assert result["failed"] and "runtime_name='gpu'" in result["msg"] and "'nvidia'" in result["msg"]
+
+
+DOCKER_CONTAINERD = """\
+#   Copyright 2018-2022 Docker Inc.
+#   (the config.toml that Docker's containerd.io package ships)
+
+disabled_plugins = ["cri"]
+
+#root = "/var/lib/containerd"
+#state = "/run/containerd"
+"""
+
+
+def test_a_disabled_cri_plugin_gets_a_warning_that_the_edit_has_no_effect(tmp_path):
+    config = tmp_path / "config.toml"
+    config.write_text(DOCKER_CONTAINERD)
+    result = run_module({"runtime": "containerd", "path": str(config)}, module="gpuops.k8s.nvidia_runtime")
+    assert result["changed"]
+    assert any("CRI plugin is disabled" in w and "no effect" in w for w in result.get("warnings", [])), result

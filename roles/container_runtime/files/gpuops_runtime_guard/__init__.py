@@ -5,8 +5,8 @@
 
 The container_runtime role copies this package to the node and runs it from systemd (a
 .path unit on the configuration files, a .timer as a safety net). It plans with the same
-code as the nvidia_runtime module (_runtime_plan and _runtime_config are links to the
-collection's module_utils) and restarts the runtime only when the effective configuration
+code as the nvidia_runtime module (the files in _runtime are links to the collection's
+module_utils/_runtime package) and restarts the runtime only when the effective configuration
 changed. Needs python3 and python3-tomlkit only.
 """
 

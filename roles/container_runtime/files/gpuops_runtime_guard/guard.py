@@ -33,24 +33,17 @@ import sys
 import tempfile
 import time
 
-from . import _runtime_config as rc
-from . import _runtime_plan as rp
+from ._runtime import plan as rp
+from ._runtime.defaults import ENGINES, OPTIONS
+from ._runtime.errors import RuntimeConfigError
+from ._runtime.toml_text import HAS_TOMLKIT
 
 DEFAULT_PARAMETERS = "/etc/gpuops-runtime-guard/guard.json"
-SERVICES = {"containerd": "containerd", "docker": "docker", "crio": "crio"}
 DEFAULTS = {
     "runtime": None,
-    "state": "present",
-    "config_mode": None,
-    "path": None,
-    "drop_in_path": None,
-    "runtime_name": "nvidia",
-    "runtime_path": "/usr/bin/nvidia-container-runtime",
-    "set_as_default": None,
-    "enable_cdi": None,
-    "config_version": 2,
+    **OPTIONS,  # nvidia_runtime's, from the one table of defaults
     "backup": True,
-    "service": None,
+    "service": None,  # the engine's (defaults.ENGINES)
     # Test hooks and tuning.
     "systemctl": "systemctl",
     "state_dir": "/var/lib/gpuops-runtime-guard",
@@ -97,14 +90,11 @@ def load_parameters(path):
         raise ParameterError("%s: unknown parameters %s" % (path, ", ".join(unknown)))
     params = dict(DEFAULTS)
     params.update({key: value for key, value in given.items() if value is not None})
-    if params["runtime"] not in SERVICES:
+    if params["runtime"] not in ENGINES:
         raise ParameterError(
-            "%s: runtime=%r: expected one of %s" % (path, params["runtime"], ", ".join(sorted(SERVICES)))
+            "%s: runtime=%r: expected one of %s" % (path, params["runtime"], ", ".join(sorted(ENGINES)))
         )
-    params["config_mode"] = params["config_mode"] or rp.default_config_mode(params["runtime"])
-    params["path"] = params["path"] or None
-    params["drop_in_path"] = params["drop_in_path"] or None
-    params["service"] = params["service"] or SERVICES[params["runtime"]]
+    params["service"] = params["service"] or ENGINES[params["runtime"]]["service"]
     if isinstance(params["systemctl"], str):
         params["systemctl"] = [params["systemctl"]]
     return params
@@ -130,48 +120,48 @@ def backup_name(path):
     return unique
 
 
-def backup(path):
-    dest = backup_name(path)
-    shutil.copy2(path, dest)
-    info = os.stat(path)
-    with contextlib.suppress(PermissionError):
-        os.chown(dest, info.st_uid, info.st_gid)
-    return dest
+class GuardFiles:
+    """rp.apply()'s io for the guard: backups named as nvidia_runtime's, atomic writes that
+    keep a file's mode and owner (new files 0644)."""
 
-
-def write(path, text):
-    """Atomically replace path (rename into place); keep its mode and owner; new files 0644."""
-    directory = os.path.dirname(path)
-    if not os.path.isdir(directory):
-        os.makedirs(directory, 0o755)
-    try:
+    def backup(self, path):
+        dest = backup_name(path)
+        shutil.copy2(path, dest)
         info = os.stat(path)
-    except FileNotFoundError:
-        info = None
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".%s." % os.path.basename(path))
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, stat.S_IMODE(info.st_mode) if info else 0o644)
-        if info:
-            with contextlib.suppress(PermissionError):
-                os.chown(tmp, info.st_uid, info.st_gid)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+        with contextlib.suppress(PermissionError):
+            os.chown(dest, info.st_uid, info.st_gid)
+        return dest
 
+    def write(self, path, text):
+        directory = os.path.dirname(path)
+        if not os.path.isdir(directory):
+            os.makedirs(directory, 0o755)
+        try:
+            info = os.stat(path)
+        except FileNotFoundError:
+            info = None
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".%s." % os.path.basename(path))
+        try:
+            with os.fdopen(fd, "w") as handle:
+                handle.write(text)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.chmod(tmp, stat.S_IMODE(info.st_mode) if info else 0o644)
+            if info:
+                with contextlib.suppress(PermissionError):
+                    os.chown(tmp, info.st_uid, info.st_gid)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
 
-def put(path, text):
-    """Write text, or remove the file for None."""
-    if text is None:
+    def remove(self, path):
         with contextlib.suppress(FileNotFoundError):
             os.remove(path)
-    else:
-        write(path, text)
+
+
+FILES = GuardFiles()
 
 
 def systemctl(params, *args):
@@ -220,18 +210,7 @@ def load_state(path):
 
 
 def save_state(path, state):
-    write(path, json.dumps(state, indent=2, sort_keys=True) + "\n")
-
-
-def apply(changed, keep_backups):
-    """Write the changed files (backups first); ({path: existed before}, {path: backup})."""
-    existed = {path: os.path.exists(path) for path in changed}
-    backups = {}
-    for path, text in sorted(changed.items()):
-        if keep_backups and existed[path]:
-            backups[path] = backup(path)
-        put(path, text)
-    return existed, backups
+    FILES.write(path, json.dumps(state, indent=2, sort_keys=True) + "\n")
 
 
 def roll_back(params, state, change, why):
@@ -243,7 +222,10 @@ def roll_back(params, state, change, why):
     runtime, service = params["runtime"], params["service"]
     changed, before = change["files"], change["before"]
     for path in sorted(changed):
-        put(path, before[path] if change["existed"][path] else None)
+        if change["existed"][path]:
+            FILES.write(path, before[path])
+        else:
+            FILES.remove(path)
     back, why_back = restart(params)
     state["failed"] = change["inputs"]
     state["applied"] = effective_digest(runtime, before) if back else None
@@ -263,6 +245,17 @@ def roll_back(params, state, change, why):
     )
 
 
+def delegated(planned, log):
+    """True, logged, when k3s or RKE2 writes the file anew at every start (the plan says so,
+    as it tells nvidia_runtime): a repair would be lost, and repeated for ever."""
+    if not planned.distribution:
+        return False
+    log(INFO, "%s; nothing to do" % planned.msg)
+    for warning in planned.warnings:
+        log(WARNING, warning)
+    return True
+
+
 def repair(params, state, log):
     """Plan and apply until the files are in sync (a write may land while we work)."""
     runtime, name, service = params["runtime"], params["runtime_name"], params["service"]
@@ -270,13 +263,16 @@ def repair(params, state, log):
     for attempt in range(params["max_passes"]):
         try:
             planned = rp.plan(params)
-            changed, module_restart = rp.changes(runtime, planned)
-            after = effective_digest(runtime, planned["files"])
-        except rc.RuntimeConfigError as error:
+            changed, module_restart = planned.changes(), planned.restart_required()
+            after = effective_digest(runtime, planned.files)
+        except RuntimeConfigError as error:
             log(ERR, "cannot check the %s runtime: %s" % (name, error))
             outcome.update(result="error", message=str(error))
             return UNPARSABLE, outcome
-        files = ", ".join(sorted(planned["files"]))
+        if delegated(planned, log):
+            outcome.update(result="distribution", message=planned.msg)
+            return OK, outcome
+        files = ", ".join(planned.planned_files)
         if not changed:
             if attempt == 0:
                 log(INFO, "in sync: %s declares the %s runtime as configured; nothing to do" % (files, name))
@@ -284,7 +280,7 @@ def repair(params, state, log):
             state.pop("failed", None)
             return OK, outcome
 
-        before = planned["before"]
+        before = planned.before
         inputs = digest(sorted(before.items()))
         if state.get("failed") == inputs:
             message = (
@@ -297,7 +293,8 @@ def repair(params, state, log):
 
         applied = state.get("applied")
         needs_restart = after != applied if applied else module_restart
-        existed, backups = apply(changed, params["backup"])
+        existed = {path: planned.existed[path] for path in changed}
+        backups = rp.apply(changed, params["backup"], FILES)
         outcome["changed_files"] = sorted(set(outcome["changed_files"]) | set(changed))
         outcome["backup_files"].update(backups)
         outcome["result"] = "repaired"
@@ -341,12 +338,14 @@ def check_only(params, log):
     """--check: report drift without touching anything (0 in sync, 1 drift, 2 unparsable)."""
     try:
         planned = rp.plan(params)
-        changed, restart_required = rp.changes(params["runtime"], planned)
-    except rc.RuntimeConfigError as error:
+        changed, restart_required = planned.changes(), planned.restart_required()
+    except RuntimeConfigError as error:
         log(ERR, "cannot check the %s runtime: %s" % (params["runtime_name"], error))
         return UNPARSABLE
+    if delegated(planned, log):
+        return OK
     if not changed:
-        log(INFO, "in sync: %s" % ", ".join(sorted(planned["files"])))
+        log(INFO, "in sync: %s" % ", ".join(planned.planned_files))
         return OK
     log(
         WARNING,
@@ -367,7 +366,7 @@ def main(argv=None, log=None):
     except ParameterError as error:
         log(ERR, "bad parameters: %s" % error)
         return BAD_PARAMETERS
-    if params["runtime"] != "docker" and not rc.HAS_TOMLKIT:
+    if params["runtime"] != "docker" and not HAS_TOMLKIT:
         log(ERR, "the Python module tomlkit is missing: install python3-tomlkit (the role does)")
         return BAD_PARAMETERS
     if args.check:

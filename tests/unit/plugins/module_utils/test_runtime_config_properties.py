@@ -2,7 +2,8 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Property tests of _runtime_config: over generated containerd (v1, v2, v3), CRI-O and Docker
+"""Property tests of the runtime edits (module_utils/_runtime): over generated containerd
+(v1, v2, v3), CRI-O and Docker
 configurations, and the real-world fixtures mutated, the edit keeps every other key, every
 comment and the order of the user's tables, is idempotent, is undone by state=absent, and
 fails only with typed errors.
@@ -33,11 +34,27 @@ import json
 import math
 import os
 import re
+from unittest import mock
 
 import pytest
 import tomlkit
 
-from ansible_collections.gpuops.k8s.plugins.module_utils import _runtime_config as rc
+from ansible_collections.gpuops.k8s.plugins.module_utils._runtime import toml_edit
+from ansible_collections.gpuops.k8s.plugins.module_utils._runtime.containerd import (
+    RUNC_TYPE,
+    containerd_drop_in,
+    containerd_in_place,
+    containerd_version,
+)
+from ansible_collections.gpuops.k8s.plugins.module_utils._runtime.crio import crio_edit
+from ansible_collections.gpuops.k8s.plugins.module_utils._runtime.docker import docker_edit
+from ansible_collections.gpuops.k8s.plugins.module_utils._runtime.errors import (
+    ConfigParseError,
+    RuntimeConfigError,
+    UnsupportedOption,
+)
+from ansible_collections.gpuops.k8s.plugins.module_utils._runtime.plan import plan
+from ansible_collections.gpuops.k8s.plugins.module_utils._runtime.toml_text import toml_path, value_text
 
 try:
     import tomllib
@@ -53,6 +70,7 @@ given, settings, assume, HealthCheck = (
     hypothesis.HealthCheck,
 )
 
+NOTE = "# gpuops.k8s nvidia_runtime:"  # the note a default the edit set carries
 EXAMPLES = int(os.environ.get("RC_EXAMPLES", "500"))
 PROPERTY = settings(
     max_examples=EXAMPLES,
@@ -151,7 +169,7 @@ def edit_or_old_tomlkit_refusal(call):
     (only possible when an inline table or array must change) is the accepted outcome."""
     try:
         return call()
-    except rc.ConfigParseError as error:
+    except ConfigParseError as error:
         if OLD_TOMLKIT and "reads this file differently" in str(error):
             return None
         raise
@@ -175,11 +193,7 @@ comment_ids = iter(range(10**9))
 def key_text(key):
     if key.startswith("RAW:"):  # a dotted key, written as it is
         return key[4:]
-    return rc._toml_path([key])
-
-
-def value_text(value):
-    return rc._value_text(value)
+    return toml_path([key])
 
 
 @st.composite
@@ -200,7 +214,7 @@ def body(draw, keys=None, indent=""):
 
 
 def header(path):
-    return "[%s]" % rc._toml_path(path)
+    return "[%s]" % toml_path(path)
 
 
 @st.composite
@@ -239,18 +253,18 @@ def containerd_config(draw):  # noqa: PLR0912, PLR0915 - one generator, read top
     runc_style = draw(st.sampled_from(["none", "tables", "inline-options", "inline-entry"]))
     systemd = draw(st.booleans())
     if runc_style == "tables":
-        sections.append(((*runtimes, "runc"), {"runtime_type": rc.RUNC_TYPE}))
+        sections.append(((*runtimes, "runc"), {"runtime_type": RUNC_TYPE}))
         sections.append(((*runtimes, "runc", "options"), {"SystemdCgroup": systemd}))
     elif runc_style == "inline-options":
         sections.append(
-            ((*runtimes, "runc"), {"runtime_type": rc.RUNC_TYPE, "options": {"SystemdCgroup": systemd}})
+            ((*runtimes, "runc"), {"runtime_type": RUNC_TYPE, "options": {"SystemdCgroup": systemd}})
         )
     elif runc_style == "inline-entry":
         sections.append(
-            (runtimes, {"runc": {"runtime_type": rc.RUNC_TYPE, "options": {"SystemdCgroup": systemd}}})
+            (runtimes, {"runc": {"runtime_type": RUNC_TYPE, "options": {"SystemdCgroup": systemd}}})
         )
     if draw(st.booleans()) and runc_style != "inline-entry":
-        extra = {"runtime_type": rc.RUNC_TYPE, "privileged_without_host_devices": True}
+        extra = {"runtime_type": RUNC_TYPE, "privileged_without_host_devices": True}
         sections.append(((*runtimes, "nvidia"), extra))
         if draw(st.booleans()):
             sections.append(
@@ -316,7 +330,7 @@ SPECS = st.builds(
 
 
 def cri_of(data):
-    version = rc.containerd_version(data, 2, "t")
+    version = containerd_version(data, 2, "t")
     return version, ("plugins", CRI[version], "containerd")
 
 
@@ -341,11 +355,11 @@ def test_containerd_in_place_keeps_everything_else(text, options):
     before_data = loads(text)
     version, containerd = cri_of(before_data)
     if version == 1 and cdi is not None:
-        with pytest.raises(rc.UnsupportedOption):
-            rc.containerd_in_place(text, spec(default=default, cdi=cdi), "config.toml")
+        with pytest.raises(UnsupportedOption):
+            containerd_in_place(text, spec(default=default, cdi=cdi), "config.toml")
         return
     result = edit_or_old_tomlkit_refusal(
-        lambda: rc.containerd_in_place(text, spec(default=default, cdi=cdi), "config.toml")
+        lambda: containerd_in_place(text, spec(default=default, cdi=cdi), "config.toml")
     )
     if result is None:
         return
@@ -362,21 +376,23 @@ def test_containerd_in_place_keeps_everything_else(text, options):
     assert entry["options"]["BinaryName"] == NV
     assert_text_kept(text, new_text)
     # a second run changes nothing
-    assert rc.containerd_in_place(new_text, spec(default=default, cdi=cdi), "config.toml")[0] == new_text
+    assert containerd_in_place(new_text, spec(default=default, cdi=cdi), "config.toml")[0] == new_text
     # absent after present: the user's data back (no entry was there, the default was not it)
     had_entry = "nvidia" in before.get("plugins", {}).get(CRI[version], {}).get("containerd", {}).get(
         "runtimes", {}
     )
     if not had_entry and cdi is None:
-        undone = rc.containerd_in_place(new_text, spec(state="absent"), "config.toml")
+        undone = containerd_in_place(new_text, spec(state="absent"), "config.toml")
         restored = leaves(undone[2])
         for path, value in old.items():
             if path != (*containerd, "default_runtime_name"):
                 assert restored.get(path, "<lost>") == value, path
-        if default is True or old.get((*containerd, "default_runtime_name")) == "nvidia":
-            assert restored[(*containerd, "default_runtime_name")] == "runc"  # reset, not left naming nvidia
+        key = (*containerd, "default_runtime_name")
+        if old.get(key) == "nvidia" or (default is True and NOTE not in new_text):
+            # named nvidia before, or in an inline table (no note): reset, not left naming nvidia
+            assert restored[key] == "runc"
         else:
-            assert pruned(undone[2]) == pruned(before)
+            assert pruned(undone[2]) == pruned(before)  # what was there, the default included
         assert_text_kept(text, undone[0])
 
 
@@ -388,7 +404,7 @@ def test_containerd_drop_in_only_adds_the_import(text, default):
     drop = "/etc/containerd/conf.d/99-nvidia.toml"
 
     def run(main, drop_text):
-        return rc.containerd_drop_in(
+        return containerd_drop_in(
             main,
             drop_text,
             spec(default=default),
@@ -399,7 +415,7 @@ def test_containerd_drop_in_only_adds_the_import(text, default):
 
     try:
         result = edit_or_old_tomlkit_refusal(lambda: run(text, ""))
-    except rc.ConfigParseError as error:
+    except ConfigParseError as error:
         # Decided: an imports array with comments is changed by tomlkit (to keep them); where
         # tomlkit refuses the valid file (0.15 refuses [plugins] after its sub-tables), the
         # edit is refused, typed, naming the file and line.
@@ -483,7 +499,7 @@ def crio_config(draw):
     default=st.sampled_from([None, True, False]),
 )
 def test_crio_keeps_everything_else(text, default):
-    result = edit_or_old_tomlkit_refusal(lambda: rc.crio_edit(text, spec(default=default), "crio.conf"))
+    result = edit_or_old_tomlkit_refusal(lambda: crio_edit(text, spec(default=default), "crio.conf"))
     if result is None:
         return
     new_text, before, after = result
@@ -495,17 +511,18 @@ def test_crio_keeps_everything_else(text, default):
     assert after["crio"]["runtime"]["runtimes"]["nvidia"]["runtime_path"] == NV
     assert canon(loads(new_text)) == canon(after)
     assert_text_kept(text, new_text)
-    assert rc.crio_edit(new_text, spec(default=default), "crio.conf")[0] == new_text
+    assert crio_edit(new_text, spec(default=default), "crio.conf")[0] == new_text
     if "nvidia" not in before.get("crio", {}).get("runtime", {}).get("runtimes", {}):
-        undone = rc.crio_edit(new_text, spec(state="absent"), "crio.conf")
+        undone = crio_edit(new_text, spec(state="absent"), "crio.conf")
         restored = leaves(undone[2])
         for path, value in old.items():
             if path != ("crio", "runtime", "default_runtime"):
                 assert restored.get(path, "<lost>") == value, path
-        if default is True or old.get(("crio", "runtime", "default_runtime")) == "nvidia":
-            assert restored[("crio", "runtime", "default_runtime")] == "runc"
+        key = ("crio", "runtime", "default_runtime")
+        if old.get(key) == "nvidia" or (default is True and NOTE not in new_text):
+            assert restored[key] == "runc"
         else:
-            assert pruned(undone[2]) == pruned(before)
+            assert pruned(undone[2]) == pruned(before)  # what was there, the default included
         assert_text_kept(text, undone[0])
 
 
@@ -522,7 +539,12 @@ JSON = st.recursive(
 
 @st.composite
 def daemon_json(draw):
-    data = draw(st.dictionaries(st.text(max_size=8), JSON, max_size=5))
+    # Any other keys; the three the edit reads are drawn below, in the shapes Docker reads.
+    # (Hypothesis draws literals from the loaded code too, "runtimes" among them: a null or
+    # an array there is another test's case: test_docker_wrong_types.)
+    read_keys = ("runtimes", "default-runtime", "features")
+    other_keys = st.text(max_size=8).filter(lambda key: key not in read_keys)
+    data = draw(st.dictionaries(other_keys, JSON, max_size=5))
     if draw(st.booleans()):
         data["runtimes"] = draw(
             st.dictionaries(st.sampled_from(["other", "nvidia", "crun"]), st.just({"path": "/x"}))
@@ -539,7 +561,7 @@ def daemon_json(draw):
     text=daemon_json(), default=st.sampled_from([None, True, False]), cdi=st.sampled_from([None, True, False])
 )
 def test_docker_keeps_every_other_key(text, default, cdi):
-    new_text, before, after = rc.docker_edit(text, spec(default=default, cdi=cdi), "daemon.json")
+    new_text, before, after = docker_edit(text, spec(default=default, cdi=cdi), "daemon.json")
     assert json.loads(new_text) == after
     for key, value in before.items():
         if key not in ("runtimes", "default-runtime", "features"):
@@ -553,13 +575,13 @@ def test_docker_keeps_every_other_key(text, default, cdi):
     kept = [key for key in before if key in after]
     assert list(after)[: len(kept)] == kept  # order kept, new keys last
     assert after["runtimes"]["nvidia"]["path"] == NV
-    assert rc.docker_edit(new_text, spec(default=default, cdi=cdi), "daemon.json")[0] == new_text
+    assert docker_edit(new_text, spec(default=default, cdi=cdi), "daemon.json")[0] == new_text
     if (
         "nvidia" not in (before.get("runtimes") or {})
         and cdi is None
         and before.get("default-runtime") != "nvidia"
     ):
-        undone = rc.docker_edit(new_text, spec(state="absent"), "daemon.json")[2]
+        undone = docker_edit(new_text, spec(state="absent"), "daemon.json")[2]
         expected = copy.deepcopy(before)
         if expected.get("runtimes") == {}:
             del expected["runtimes"]
@@ -570,6 +592,26 @@ def test_docker_keeps_every_other_key(text, default, cdi):
 
 
 # ------------------------------------------------------------------ errors
+
+
+class OneFile:
+    """plan()'s reader over one config.toml's text."""
+
+    def __init__(self, text):
+        self.text = text
+
+    def read(self, path):
+        return self.text if path == "/etc/containerd/config.toml" else None
+
+    def listdir(self, _directory):
+        return []
+
+
+def plan_without_tomlkit(text):
+    """Check mode on a node without tomlkit: the plan, reading with tomllib."""
+    with mock.patch.object(toml_edit, "HAS_TOMLKIT", False):
+        return plan({"runtime": "containerd", "config_version": 2, **spec()}, OneFile(text))
+
 
 GARBAGE = st.one_of(
     st.text(max_size=200),
@@ -584,20 +626,20 @@ GARBAGE = st.one_of(
 
 
 @PROPERTY
-@given(text=GARBAGE, which=st.sampled_from(["in_place", "drop_in", "crio", "docker", "predict"]))
+@given(text=GARBAGE, which=st.sampled_from(["in_place", "drop_in", "crio", "docker", "plan_without_tomlkit"]))
 def test_errors_are_typed(text, which):
     calls = {
-        "in_place": lambda: rc.containerd_in_place(text, spec(default=True), "config.toml"),
-        "drop_in": lambda: rc.containerd_drop_in(
+        "in_place": lambda: containerd_in_place(text, spec(default=True), "config.toml"),
+        "drop_in": lambda: containerd_drop_in(
             text, text, spec(), main_source="c", drop_in_source="d", drop_in_path="/d"
         ),
-        "crio": lambda: rc.crio_edit(text, spec(default=True), "crio.conf"),
-        "docker": lambda: rc.docker_edit(text, spec(default=True, cdi=True), "daemon.json"),
-        "predict": lambda: rc.predict_without_tomlkit("containerd", text, spec(), "config.toml"),
+        "crio": lambda: crio_edit(text, spec(default=True), "crio.conf"),
+        "docker": lambda: docker_edit(text, spec(default=True, cdi=True), "daemon.json"),
+        "plan_without_tomlkit": lambda: plan_without_tomlkit(text),
     }
     try:
         calls[which]()
-    except rc.RuntimeConfigError as error:
+    except RuntimeConfigError as error:
         assert str(error)
 
 
@@ -609,7 +651,7 @@ def test_case_crio_runtimes_split_by_another_table_are_edited():
         '[crio.runtime.runtimes.runc]\nruntime_path = "/r"\n[crio.image]\npause_image = "p"\n'
         '[crio.runtime.runtimes.crun]\nruntime_path = "/c"\n'
     )
-    new_text, _before, after = rc.crio_edit(text, spec(), "crio.conf")
+    new_text, _before, after = crio_edit(text, spec(), "crio.conf")
     assert set(after["crio"]["runtime"]["runtimes"]) == {"runc", "crun", "nvidia"}
     assert new_text.startswith(text)
 
@@ -622,13 +664,13 @@ def test_case_drop_in_moves_an_in_place_entry_with_its_settings():
         '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]\n'
         'BinaryName = "/old"\nSystemdCgroup = true\n'
     )
-    main_text, drop_text, _before, (_main, drop), _version = rc.containerd_drop_in(
+    main_text, drop_text, _before, (_main, drop), _version = containerd_drop_in(
         text, "", spec(), main_source="c", drop_in_source="d", drop_in_path="/d"
     )
     entry = drop["plugins"][CRI[2]]["containerd"]["runtimes"]["nvidia"]
     assert entry["privileged_without_host_devices"] is True
     assert entry["options"] == {"BinaryName": NV, "SystemdCgroup": True}
-    again = rc.containerd_drop_in(
+    again = containerd_drop_in(
         main_text, drop_text, spec(), main_source="c", drop_in_source="d", drop_in_path="/d"
     )
     assert again[:2] == (main_text, drop_text)
@@ -639,8 +681,10 @@ def test_case_dotted_keys_under_plugins_are_edited():
         'version = 2\n[plugins]\n"io.containerd.grpc.v1.cri".containerd.default_runtime_name = "runc"'
         " # mine\n"
     )
-    new_text, _before, after, _version = rc.containerd_in_place(text, spec(default=True), "c")
-    assert '"io.containerd.grpc.v1.cri".containerd.default_runtime_name = "nvidia" # mine\n' in new_text
+    new_text, _before, after, _version = containerd_in_place(text, spec(default=True), "c")
+    note = ' # gpuops.k8s nvidia_runtime: was "runc"'
+    assert '"io.containerd.grpc.v1.cri".containerd.default_runtime_name = "nvidia" # mine' + note in new_text
+    assert containerd_in_place(new_text, spec(state="absent"), "c")[0].startswith(text)
     assert after["plugins"][CRI[2]]["containerd"]["runtimes"]["nvidia"]["options"]["BinaryName"] == NV
 
 
@@ -649,7 +693,7 @@ def test_case_header_comments_stay_on_their_header():
         'version = 2\n# the runc runtime\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]'
         ' # trailing\nruntime_type = "x"\n'
     )
-    new_text = rc.containerd_in_place(text, spec(default=True, cdi=True), "c")[0]
+    new_text = containerd_in_place(text, spec(default=True, cdi=True), "c")[0]
     assert new_text.count("# trailing") == 1
     assert new_text.count("# the runc runtime") == 1
     assert "# the runc runtime\n[plugins" in new_text
@@ -657,10 +701,10 @@ def test_case_header_comments_stay_on_their_header():
 
 def test_case_nan_anywhere_is_kept_and_edited():
     text = "version = 2\n[metrics]\nx = nan\ny = [nan, 1.0]\n"
-    new_text, _before, after, _version = rc.containerd_in_place(text, spec(), "c")
+    new_text, _before, after, _version = containerd_in_place(text, spec(), "c")
     assert new_text.startswith(text)
     assert "nvidia" in after["plugins"][CRI[2]]["containerd"]["runtimes"]
-    assert rc.containerd_in_place(new_text, spec(), "c")[0] == new_text
+    assert containerd_in_place(new_text, spec(), "c")[0] == new_text
 
 
 @pytest.mark.parametrize("cdi", [None, True])
@@ -673,11 +717,11 @@ def test_case_split_tables_edit_with_any_tomlkit(cdi):
         '[plugins."io.containerd.grpc.v1.cri".cni]\nbin_dir = "/b"\n'
         '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.crun]\nruntime_type = "c"\n',
     ]:
-        new_text, _before, after, _version = rc.containerd_in_place(text, spec(cdi=cdi), "c")
+        new_text, _before, after, _version = containerd_in_place(text, spec(cdi=cdi), "c")
         assert loads(new_text) == after
         assert after["plugins"][CRI[2]].get("enable_cdi") is cdi
         assert_text_kept(text, new_text)
-        drop = rc.containerd_drop_in(
+        drop = containerd_drop_in(
             text, "", spec(cdi=cdi), main_source="c", drop_in_source="d", drop_in_path="/d"
         )
         assert loads(drop[1]) == drop[3][1]

@@ -11,7 +11,11 @@ import json
 
 import tomlkit
 
-from ansible_collections.gpuops.k8s.plugins.module_utils import _runtime_config as rc
+from ansible_collections.gpuops.k8s.plugins.module_utils._runtime.containerd import (
+    RUNC_TYPE,
+    containerd_in_place,
+)
+from ansible_collections.gpuops.k8s.plugins.module_utils._runtime.docker import docker_edit
 
 SPEC = {
     "state": "present",
@@ -24,12 +28,12 @@ SPEC = {
 
 def test_an_existing_inline_runtime_gets_inline_options():
     text = "[plugins.cri.containerd.runtimes]\nrunc = {}\nnvidia = {}\n"
-    new_text, _before, after, version = rc.containerd_in_place(text, SPEC, "config.toml")
+    new_text, _before, after, version = containerd_in_place(text, SPEC, "config.toml")
     assert version == 1
     nvidia = after["plugins"]["cri"]["containerd"]["runtimes"]["nvidia"]
-    assert nvidia == {"runtime_type": rc.RUNC_TYPE, "options": {"BinaryName": SPEC["runtime_path"]}}
+    assert nvidia == {"runtime_type": RUNC_TYPE, "options": {"BinaryName": SPEC["runtime_path"]}}
     assert tomlkit.parse(new_text).unwrap() == after
-    assert rc.containerd_in_place(new_text, SPEC, "config.toml")[0] == new_text
+    assert containerd_in_place(new_text, SPEC, "config.toml")[0] == new_text
 
 
 def test_runtimes_as_one_inline_table_gets_an_inline_nvidia_entry_with_runc_options():
@@ -38,15 +42,15 @@ def test_runtimes_as_one_inline_table_gets_an_inline_nvidia_entry_with_runc_opti
         'runtimes = { runc = { runtime_type = "io.containerd.runc.v2", '
         "options = { SystemdCgroup = true } } }\n"
     )
-    new_text, _before, after, _version = rc.containerd_in_place(text, SPEC, "config.toml")
+    new_text, _before, after, _version = containerd_in_place(text, SPEC, "config.toml")
     runtimes = after["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]
     assert runtimes["nvidia"]["options"] == {"SystemdCgroup": True, "BinaryName": SPEC["runtime_path"]}
     assert "runtimes = { runc" in new_text  # still one inline table, not split into sections
 
 
 def test_docker_runtimes_null_means_none():
-    new_text, _before, after = rc.docker_edit('{"runtimes": null}', SPEC, "daemon.json")
+    new_text, _before, after = docker_edit('{"runtimes": null}', SPEC, "daemon.json")
     assert after["runtimes"] == {"nvidia": {"path": SPEC["runtime_path"]}}
     assert json.loads(new_text) == after
     absent = dict(SPEC, state="absent")
-    assert rc.docker_edit('{"runtimes": null}', absent, "daemon.json")[0] == '{"runtimes": null}'
+    assert docker_edit('{"runtimes": null}', absent, "daemon.json")[0] == '{"runtimes": null}'

@@ -1,1 +1,0 @@
-../../../../plugins/module_utils/_runtime_plan.py
