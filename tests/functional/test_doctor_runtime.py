@@ -63,10 +63,32 @@ def named(tasks, name):
     raise AssertionError("no task named %r" % name)
 
 
+def with_module_defaults(tasks, name, defaults=None):
+    """The task called name, its module's arguments merged over the module_defaults of the
+    blocks around it (as Ansible applies them), or None."""
+    for task in tasks:
+        here = dict(defaults or {})
+        for module, arguments in task.get("module_defaults", {}).items():
+            here[module] = dict(here.get(module, {}), **arguments)
+        if task.get("name") == name:
+            merged = copy.deepcopy(task)
+            for module, arguments in here.items():
+                if module in merged:
+                    merged[module] = dict(arguments, **(merged[module] or {}))
+            return merged
+        found = with_module_defaults(task.get("block", []), name, here) if "block" in task else None
+        if found:
+            return found
+    return None
+
+
 def container_runtime_task():
-    """The role's task that declares the runtime, as the role has it."""
+    """The role's task that declares the runtime, as the role has it (with the arguments
+    its block gives every nvidia_runtime call)."""
     tasks = yaml.safe_load((REPO / "roles" / "container_runtime" / "tasks" / "main.yml").read_text())
-    return named(tasks, "Declare the NVIDIA runtime in the runtime's configuration")
+    task = with_module_defaults(tasks, "Declare the NVIDIA runtime in the runtime's configuration")
+    assert task is not None, "container_runtime declares the runtime under another task name"
+    return task
 
 
 def doctor_include(wiring):
