@@ -30,6 +30,19 @@ def process_env(env=None):
     return base
 
 
+def ansible_env(env=None):
+    """process_env(env) plus what makes the ansible CLI find this collection and answer in JSON."""
+    full_env = process_env(env)
+    full_env.update(
+        ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS),
+        ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
+        ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
+        ANSIBLE_LOCALHOST_WARNING="false",
+        ANSIBLE_INVENTORY_UNPARSED_WARNING="false",
+    )
+    return full_env
+
+
 def run_module(
     args=None, env=None, *, module="gpuops.k8s.gpu_info", check=False, diff=False, python=None, timeout=180
 ):
@@ -48,14 +61,7 @@ def run_module(
         command.append("--check")
     if diff:
         command.append("--diff")
-    full_env = process_env(env)
-    full_env.update(
-        ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS),
-        ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
-        ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
-        ANSIBLE_LOCALHOST_WARNING="false",
-        ANSIBLE_INVENTORY_UNPARSED_WARNING="false",
-    )
+    full_env = ansible_env(env)
     proc = subprocess.run(command, check=False, capture_output=True, text=True, env=full_env, timeout=timeout)
     try:
         return json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]

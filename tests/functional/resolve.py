@@ -16,7 +16,7 @@ import subprocess
 from pathlib import Path
 
 import yaml
-from conftest import COLLECTIONS, REPO, VENV_BIN, process_env
+from conftest import REPO, VENV_BIN, ansible_env
 
 PLAYBOOK = Path(__file__).resolve().parent / "playbooks" / "resolve_vars.yml"
 ROLES = REPO / "roles"
@@ -135,12 +135,8 @@ def resolve(inventory, names, *, facts=None, exprs=None, extra=None, limit=None,
 
 def run_ansible(command, *, expect_rc=0, timeout=300):
     """Run an ansible CLI with the JSON callback; return {'json': ..., 'text': ..., 'rc': ...}."""
-    env = process_env()
+    env = ansible_env()
     env.update(
-        ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS),
-        ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
-        ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
-        ANSIBLE_LOCALHOST_WARNING="false",
         ANSIBLE_RETRY_FILES_ENABLED="false",
         # Facts set by one test must not leak into the next.
         ANSIBLE_CACHE_PLUGIN="ansible.builtin.memory",

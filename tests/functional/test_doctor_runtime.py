@@ -18,7 +18,7 @@ import subprocess
 
 import pytest
 import yaml
-from conftest import COLLECTIONS, REPO, VENV_BIN, process_env
+from conftest import REPO, VENV_BIN, ansible_env
 
 CRIO_CONF = """\
 # The site's CRI-O configuration: this comment and the crun default must survive.
@@ -121,13 +121,7 @@ def playbook(tmp_path, name, plays, inventory_vars=None, extra_vars=None):
         extra = tmp_path / ("%s.extra.json" % name)
         extra.write_text(json.dumps(extra_vars))
         command += ["-e", "@%s" % extra]
-    env = process_env()
-    env.update(
-        ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS),
-        ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
-        ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
-        ANSIBLE_LOCALHOST_WARNING="false",
-    )
+    env = ansible_env()
     proc = subprocess.run(command, capture_output=True, text=True, env=env, check=False, timeout=300)
     try:
         tasks = json.loads(proc.stdout)["plays"][0]["tasks"]
