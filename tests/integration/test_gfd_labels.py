@@ -8,6 +8,12 @@ plugin stops offering it."""
 
 from __future__ import annotations
 
+import json
+
+from dp_harness import Daemon
+
+PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
+
 SLICED = {
     "version": "v1",
     "sharing": {"timeSlicing": {"resources": [{"name": "nvidia.com/gpu", "replicas": 4}]}},
@@ -30,8 +36,20 @@ def labels_phase(lab, device_plugin):
     return {key: value for key, value in labels.items() if key.startswith("nvidia.com/")}
 
 
-def test_time_slicing_labels_follow_the_plugin(lab):
+def allocatable(lab):
+    return lab.node_object()["status"]["allocatable"].get("nvidia.com/gpu")
+
+
+def test_time_slicing_labels_follow_the_plugin(lab, mock_lib, tmp_path):
+    # The node's plugin really time-slices: our daemon with the same configuration takes the
+    # lab plugin's place, and the kubelet offers 8 GPUs x 4 replicas.
+    config = tmp_path / "config.yaml"
+    config.write_text(json.dumps(SLICED))
+    lab.control("stop", "device-plugin")
+    daemon = Daemon(mock_lib, PLUGIN_DIR, config=config).start()
     try:
+        daemon.wait_log("registered ", timeout=30)
+        lab.wait("32 nvidia.com/gpu allocatable", lambda: allocatable(lab) == "32", 60)
         sliced = labels_phase(lab, {"mode": "gpuops", "config": SLICED})
         assert sliced["nvidia.com/gpu.count"] == "8"
         assert sliced["nvidia.com/gpu.replicas"] == "4"
@@ -43,12 +61,18 @@ def test_time_slicing_labels_follow_the_plugin(lab):
         assert renamed["nvidia.com/gpu.replicas"] == "4"
         assert renamed["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
 
-        # What the lab's plugin really serves (no configuration): whole GPUs again.
+        # Back to the lab's own plugin (no configuration, whole GPUs): the sharing labels go.
+        daemon.cleanup()
+        lab.control("start", "device-plugin")
+        lab.wait("8 nvidia.com/gpu allocatable", lambda: allocatable(lab) == "8", 60)
         whole = labels_phase(lab, {})
         assert whole["nvidia.com/gpu.replicas"] == "1"
         assert whole["nvidia.com/gpu.sharing-strategy"] == "none"
         assert whole["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
     finally:
+        daemon.cleanup()
+        if not lab.running("device-plugin"):
+            lab.control("start", "device-plugin")
         lab.reset_node()
 
 
