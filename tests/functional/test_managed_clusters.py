@@ -59,8 +59,10 @@ def hostvars(provider):
 
 
 def doctor_checks():
-    template = REPO / "roles" / "gpu_doctor" / "templates" / "findings.json.j2"
-    return set(re.findall(r"'check': '([a-z_]+)'", template.read_text(encoding="utf-8")))
+    """The doctor's check names, as its diagnosis (module_utils/_doctor.py) lists them."""
+    source = (REPO / "plugins" / "module_utils" / "_doctor.py").read_text(encoding="utf-8")
+    (checks,) = re.findall(r"^CHECKS = \(([^)]*)\)", source, re.M)
+    return set(re.findall(r'"([a-z_]+)"', checks))
 
 
 def tolerates(tolerations, taint):
@@ -157,12 +159,14 @@ def test_profile_fits_the_platform(provider, tmp_path):
         "gpu_node_labels_taints",
         "cluster_addons_runtime_class_enabled",
         "cluster_addons_dcgm_exporter_enabled",
+        # site.yml passes the doctor none of the runtime choices: its defaults follow
+        # container_runtime's, as resolved here.
+        "gpu_doctor_runtime_is_default",
     ]
     exprs = {
         "plugin": template_expr("device_plugin", "nvidia-device-plugin.yml.j2"),
         "dcgm": template_expr("cluster_addons", "dcgm-exporter.yaml.j2"),
         "pod": template_expr("gpu_validation", "pod.yaml.j2"),
-        "runtime_is_default": site_doctor_expr("gpu_doctor_runtime_is_default"),
         "doctor_taints": site_doctor_expr("gpu_doctor_taints"),
     }
     # Role-internal names the templates need; resolve_vars.yml also validates every role's
@@ -192,7 +196,7 @@ def test_profile_fits_the_platform(provider, tmp_path):
         # ...and the NVIDIA runtime reachable: as the default, through a RuntimeClass, or
         # not its business (GKE has no such runtime).
         assert (
-            got["runtime_is_default"]
+            got["gpu_doctor_runtime_is_default"]
             or got["cluster_addons_runtime_class_enabled"]
             or "runtime_class" in got["gpu_doctor_skip"]
         ), host
