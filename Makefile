@@ -86,8 +86,12 @@ lab-images: lab-deps  ## Build the lab node images (cached)
 	@bash lab/node-image.sh bookworm >/dev/null
 	@bash lab/node-image.sh trixie >/dev/null
 
+.PHONY: lab-toolkit
+lab-toolkit: lab-deps  ## Build the NVIDIA Container Toolkit from its Go source into a signed apt repository (cached)
+	@bash lab/toolkit/build.sh >/dev/null
+
 .PHONY: molecule
-molecule: venv lab-images  ## molecule test for every scenario in extensions/molecule
+molecule: venv lab-images lab-toolkit  ## molecule test for every scenario in extensions/molecule
 	cd extensions && for s in $(MOLECULE_SCENARIOS); do molecule test -s $$s || exit 1; done
 
 .PHONY: lab-cluster-deps

@@ -3,10 +3,11 @@
 #   install-deps.sh           podman lab nodes (molecule)
 #   install-deps.sh cluster   also the lab cluster on this host (lab/cluster.py)
 set -euo pipefail
-pkgs=(podman runc debootstrap uidmap slirp4netns fuse-overlayfs)
+# gcc, libc6-dev (cgo) and apt-utils (apt-ftparchive): lab/toolkit/build.sh.
+pkgs=(podman runc debootstrap uidmap slirp4netns fuse-overlayfs gcc libc6-dev apt-utils)
 if [[ "${1:-}" == cluster ]]; then
   # etcd comes from lab/kube/etcd.sh (3.5; bookworm has 3.4), Kubernetes from lab/kube/build.sh.
-  pkgs+=(containerd containernetworking-plugins iproute2 gcc libc6-dev)
+  pkgs+=(containerd containernetworking-plugins iproute2)
 fi
 need=()
 for pkg in "${pkgs[@]}"; do

@@ -3,41 +3,88 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """What the nvidia_container_toolkit role leaves on a lab node, read from the node itself.
 
-The packages come from a stand-in mirror (see files/make-standin-mirror.sh): NVIDIA's
-names and versions, not NVIDIA's software. The mirror also offers a newer 1.19.0-1.
+The packages come from lab/toolkit/build.sh: NVIDIA's Go source at v1.20.1 (and 1.17.8,
+which side_effect.yml pins and removes again), NVIDIA's package names, versions and
+dependencies, built by the lab (not by NVIDIA). The node has no NVIDIA driver.
 Each check is one command: testinfra's ansible backend pays seconds per command.
 """
 
-PACKAGES = (
-    "nvidia-container-toolkit",
-    "nvidia-container-toolkit-base",
-    "libnvidia-container-tools",
-    "libnvidia-container1",
-)
-PINNED = "1.18.2-1"
+import json
+import os
+import tomllib
+
+PINNED = "1.20.1-1"
 KEYRING = "/etc/apt/keyrings/nvidia-container-toolkit-keyring.asc"
 MIRROR_KEY = "/srv/nvidia-mirror/gpgkey"
 SOURCE = "/etc/apt/sources.list.d/nvidia-container-toolkit.sources"
 INSTALL_GUIDE_SOURCE = "/etc/apt/sources.list.d/nvidia-container-toolkit.list"
+PROGRAMS = ("/usr/bin/nvidia-ctk", "/usr/bin/nvidia-container-runtime", "/usr/bin/nvidia-cdi-hook")
 
 
-def test_every_package_is_installed_at_the_pinned_version_and_held(host):
+def test_the_base_package_is_installed_at_the_pin_and_held_and_nothing_else_of_the_toolkit(host):
     # Status-Want is dpkg's selection: "hold" for a held package.
     out = host.check_output(
-        "dpkg-query --show --showformat='${Package} ${Version} ${db:Status-Want} ${db:Status-Status}\\n' "
-        + " ".join(PACKAGES)
+        "dpkg-query --show --showformat='${Package} ${Version} ${db:Status-Want} ${db:Status-Status}\\n'"
+        " 'nvidia-container-toolkit*' 'libnvidia-container*' 2>/dev/null || true"
     )
-    assert sorted(out.splitlines()) == sorted(f"{name} {PINNED} hold installed" for name in PACKAGES)
+    installed = [line for line in out.splitlines() if line.endswith(" installed")]
+    assert installed == [f"nvidia-container-toolkit-base {PINNED} hold installed"]
 
 
-def test_the_pinned_stand_in_binary_runs(host):
-    assert "version 1.18.2 (stand-in)" in host.check_output("nvidia-ctk --version")
+def test_the_programs_are_elf_binaries_built_from_nvidias_source_at_the_pin(host):
+    magic = "for f in %s; do head -c 4 $f | od -An -c | tr -d ' '; done" % " ".join(PROGRAMS)
+    out = host.check_output("nvidia-ctk --version && " + magic)
+    assert out.splitlines() == ["NVIDIA Container Toolkit CLI version 1.20.1"] + ["177ELF"] * len(PROGRAMS)
+    # Marked as the lab's build of NVIDIA's source, so nobody takes it for NVIDIA's package.
+    field = host.check_output(
+        "dpkg-query --show --showformat='${Gpuops-Lab-Build}' nvidia-container-toolkit-base"
+    )
+    assert field.endswith(
+        "from github.com/NVIDIA/nvidia-container-toolkit@v1.20.1; not a package built by NVIDIA"
+    )
 
 
-def test_the_hold_keeps_the_newer_release_out_of_apt_upgrade(host):
-    out = host.check_output("apt-cache policy nvidia-container-toolkit && apt-get --simulate upgrade")
-    assert "Candidate: 1.19.0-1" in out
-    assert not [line for line in out.splitlines() if line.startswith("Inst") and "nvidia-container" in line]
+def test_the_runtime_is_in_cdi_mode_in_the_config_nvidia_ctk_wrote(host):
+    config = tomllib.loads(host.file("/etc/nvidia-container-runtime/config.toml").content_string)
+    runtime = config["nvidia-container-runtime"]
+    assert runtime["mode"] == "cdi"
+    # Written by nvidia-ctk (the package's postinst, then the role): its defaults are there.
+    assert runtime["modes"]["cdi"]["spec-dirs"] == ["/etc/cdi", "/var/run/cdi"]
+
+
+def test_nvidias_refresh_units_watch_for_the_driver_and_the_roles_own_are_gone(host):
+    out = host.check_output(
+        "systemctl show --property=Id,ActiveState,UnitFileState"
+        " nvidia-cdi-refresh.path nvidia-cdi-refresh.service"
+        " && echo && ls /etc/systemd/system /etc/systemd/system/multi-user.target.wants"
+    )
+    path_unit, service = (block.splitlines() for block in out.split("\n\n")[:2])
+    assert path_unit == ["Id=nvidia-cdi-refresh.path", "ActiveState=active", "UnitFileState=enabled"]
+    # The oneshot service ran at install and was skipped: no nvidia-smi on this node.
+    assert service == ["Id=nvidia-cdi-refresh.service", "ActiveState=inactive", "UnitFileState=enabled"]
+    assert "gpuops-cdi-refresh" not in out
+
+
+def runs(host):
+    lines = host.file("/var/tmp/nvidia_container_toolkit_runs.jsonl").content_string.splitlines()
+    return [json.loads(line) for line in lines]
+
+
+def test_no_driver_so_no_spec_and_the_role_said_why_each_run(host):
+    check, converge, idempotence = runs(host)[:3]
+    # Check mode on the fresh node had no nvidia-ctk yet to ask.
+    assert check["check_mode"] and check["cdi"] is None
+    for run in (converge, idempotence):
+        assert run["cdi"]["driver"] == "absent"
+        assert not run["cdi"]["generated"] and not run["cdi"]["changed"]
+        assert run["cdi"]["message"].startswith(
+            "No CDI specification generated for /var/run/cdi/nvidia.yaml: no NVIDIA driver is installed"
+        )
+        assert "failed to initialize NVML: ERROR_LIBRARY_NOT_FOUND" in run["cdi"]["message"]
+        assert run["cdi"]["message"].endswith(
+            "nvidia-cdi-refresh.path generates it once the driver is installed or changes."
+        )
+    assert not host.file("/var/run/cdi/nvidia.yaml").exists
 
 
 def test_the_keyring_is_the_mirror_key_armored_and_root_owned(host):
@@ -70,3 +117,27 @@ def test_apt_verifies_the_repository_with_that_keyring_alone(host):
     )
     assert update.rc == 0, update.stdout + update.stderr
     assert "127.0.0.1:8750" in update.stdout
+
+
+def recorded_changes(host, name):
+    # Written by extensions/molecule/callback_plugins/changed_tasks.py.
+    directory = os.path.join(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"], "changed-tasks")
+    with open(os.path.join(directory, name)) as handle:
+        names = json.load(handle)[host.backend.get_hostname()]
+    return [name.removeprefix("gpuops.k8s.nvidia_container_toolkit : ") for name in names]
+
+
+def test_check_mode_predicted_the_same_changed_tasks_as_the_real_run(host):
+    predicted = recorded_changes(host, "converge-check-1.json")
+    real = recorded_changes(host, "converge-real-1.json")
+    assert "Declare the repository, signed by that key only" in predicted
+    # On a fresh node the repository does not exist yet in check mode, so apt cannot
+    # resolve the packages, dpkg cannot hold them and there is no nvidia-ctk to render
+    # the runtime's configuration: those three are the real run's alone.
+    unpredictable = [
+        "Install the packages at the pinned version",
+        "Hold the packages at this version, or release the hold",
+        "Set the runtime's mode",
+    ]
+    assert all(name in real for name in unpredictable)
+    assert predicted == [name for name in real if name not in unpredictable]
