@@ -163,6 +163,16 @@ def upgrade(lab, extra=None, args=()):
     return proc.returncode, report["stats"]["gpuops-lab"], tasks
 
 
+def failures(tasks):
+    """(task, message) of each task that failed on the node: what a failed run's assert shows."""
+    return [
+        (name, result.get("msg"))
+        for name, results in tasks.items()
+        for result in results
+        if result.get("failed")
+    ]
+
+
 def ran(tasks, name):
     """How many times a task really ran (not skipped) on the node."""
     return sum(1 for result in tasks.get(name, []) if result and not result.get("skipped"))
@@ -207,7 +217,7 @@ def test_failure_after_cordon_keeps_the_step_and_a_rerun_resumes(lab_driver):
 
     lab.kubectl("delete", "pod", "upgrade-long-job", "--grace-period=1", "--wait=true")
     rc, stats, tasks = upgrade(lab, waiting)
-    assert rc == 0, stats
+    assert rc == 0, (stats, failures(tasks))
     # Resumed at the failed step: no second cordon, the rest done in order.
     assert ran(tasks, "Cordon the node") == 0
     assert ran(tasks, "Delete the GPU pods and wait until they are gone") == 1
