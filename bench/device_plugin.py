@@ -6,11 +6,11 @@
     .venv/bin/python bench/device_plugin.py [--plugins gpuops,nvidia] [--calls 10000]
         [--restarts 100] [--idle 60]
 
-Both plugins run over the same mock NVML library (tests/mocknvml/build.sh, H100 8-GPU
-profile) and talk to the same kubelet stand-in (tests/daemon/kubelet_standin.py), which
+Both plugins run over the same mock NVML library (lab/mocknvml/build.sh, H100 8-GPU
+profile) and talk to the same kubelet stand-in (lab/daemon/kubelet_standin.py), which
 is also the client that times the RPCs. NVIDIA's plugin always serves in
 /var/lib/kubelet/device-plugins, so both run there: run as root on a machine without a
-kubelet. NVIDIA's binary comes from tests/peer/build-nvidia-plugin.sh.
+kubelet. NVIDIA's binary comes from lab/peer/build-nvidia-plugin.sh.
 
 Measured: time to first registration; re-registration after each of --restarts kubelet
 restarts (p50/p99); Allocate and GetPreferredAllocation latency over --calls calls
@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "tests" / "daemon"), str(ROOT / "roles" / "device_plugin" / "files")]
+sys.path[:0] = [str(ROOT / "lab" / "daemon"), str(ROOT / "roles" / "device_plugin" / "files")]
 sys.dont_write_bytecode = True
 
 from dp_harness import H100_UUIDS, PROFILES, build_mock, short_tempdir  # noqa: E402
@@ -49,7 +49,7 @@ def percentile(values, pct):
 
 def nvidia_binary():
     proc = subprocess.run(
-        ["bash", str(ROOT / "tests" / "peer" / "build-nvidia-plugin.sh")],
+        ["bash", str(ROOT / "lab" / "peer" / "build-nvidia-plugin.sh")],
         capture_output=True,
         text=True,
         check=False,

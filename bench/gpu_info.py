@@ -5,7 +5,7 @@
 
 A benchmark, not a test: it prints numbers and asserts nothing about speed. Each NVML
 source is measured that exists here: NVIDIA's mock NVML with the 8-GPU H100 profile
-(when tests/mocknvml/build.sh can build it), Debian's real libnvidia-ml1 without a
+(when lab/mocknvml/build.sh can build it), Debian's real libnvidia-ml1 without a
 kernel driver, and no library at all.
 
     python bench/gpu_info.py [--runs 20]
@@ -30,16 +30,16 @@ MODULE = "ansible_collections.gpuops.k8s.plugins.modules.gpu_info"
 def nvml_sources():
     sources = [("no libnvidia-ml (driver not installed)", {"LD_LIBRARY_PATH": tempfile.mkdtemp()})]
     debian = subprocess.run(
-        ["bash", str(REPO / "tests/nvml/fetch-debian-nvml.sh")], capture_output=True, text=True, check=False
+        ["bash", str(REPO / "lab/nvml/fetch-debian-nvml.sh")], capture_output=True, text=True, check=False
     )
     if debian.returncode == 0:
         sources.append(
             ("Debian libnvidia-ml1, no kernel driver", {"LD_LIBRARY_PATH": debian.stdout.split()[-1]})
         )
     mock = subprocess.run(
-        ["bash", str(REPO / "tests/mocknvml/build.sh")], capture_output=True, text=True, check=False
+        ["bash", str(REPO / "lab/mocknvml/build.sh")], capture_output=True, text=True, check=False
     )
-    profile = REPO / "tests/profiles/h100-8x-nvswitch.yaml"
+    profile = REPO / "lab/profiles/h100-8x-nvswitch.yaml"
     if mock.returncode == 0:
         env = {"LD_LIBRARY_PATH": mock.stdout.split()[-1], "MOCK_NVML_CONFIG": str(profile)}
         sources.insert(0, ("mock NVML, 8x H100 NVSwitch profile", env))

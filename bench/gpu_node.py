@@ -98,12 +98,12 @@ class Kubectl:
 
 def h100_labels():
     lib = subprocess.run(
-        ["bash", str(ROOT / "tests" / "mocknvml" / "build.sh")], capture_output=True, text=True, check=True
+        ["bash", str(ROOT / "lab" / "mocknvml" / "build.sh")], capture_output=True, text=True, check=True
     ).stdout.split()[-1]
     env = dict(
         os.environ,
         LD_LIBRARY_PATH=lib,
-        MOCK_NVML_CONFIG=str(ROOT / "tests" / "profiles" / "h100-8x-nvswitch.yaml"),
+        MOCK_NVML_CONFIG=str(ROOT / "lab" / "profiles" / "h100-8x-nvswitch.yaml"),
         ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".build" / "collections"),
         ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
         ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",

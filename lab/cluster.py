@@ -644,12 +644,12 @@ def up(args):
 
 
 def resolve_profile(profile):
-    return Path(profile) if os.path.isabs(profile) else ROOT / "tests" / "profiles" / profile
+    return Path(profile) if os.path.isabs(profile) else ROOT / "lab" / "profiles" / profile
 
 
 def start_device_plugin(profile):
     """Our daemon over the mock NVML library, as the lab's node would run it."""
-    lib_dir = script_output(ROOT / "tests" / "mocknvml" / "build.sh")[-1]
+    lib_dir = script_output(ROOT / "lab" / "mocknvml" / "build.sh")[-1]
     profile_path = resolve_profile(profile)
     control = RUN_DIR / "mocknvml-control"
     control.mkdir(parents=True, exist_ok=True)
@@ -904,7 +904,7 @@ def main(argv=None):
         p_one.add_argument("component", choices=COMPONENTS)
         p_one.set_defaults(func=restart, action=action)
     p_profile = sub.add_parser("profile", help="restart the device plugin over another mock NVML profile")
-    p_profile.add_argument("profile", help="a file in tests/profiles, or an absolute path")
+    p_profile.add_argument("profile", help="a file in lab/profiles, or an absolute path")
     p_profile.set_defaults(func=set_profile)
     sub.add_parser("env", help="shell exports for kubectl against the lab").set_defaults(func=env)
     args = parser.parse_args(argv)

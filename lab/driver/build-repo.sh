@@ -2,14 +2,14 @@
 # A local apt repository of lab "driver" packages, one per version given:
 #   lab/driver/build-repo.sh OUT_DIR 550.163.01 560.35.03
 # Package gpuops-lab-driver, version <driver>-1, installs the mock NVML profile the lab
-# node's GPUs read (tests/profiles/h100-8x-nvswitch.yaml reporting that driver) at
+# node's GPUs read (lab/profiles/h100-8x-nvswitch.yaml reporting that driver) at
 # /usr/share/gpuops-lab-driver/profile.yaml. Use it as: deb [trusted=yes] file:OUT_DIR ./
 set -euo pipefail
 out=${1:?usage: build-repo.sh OUT_DIR VERSION...}
 shift
 [ $# -gt 0 ] || { echo "build-repo.sh: give at least one driver version" >&2; exit 2; }
 root=$(cd "$(dirname "$0")/../.." && pwd)
-profile="$root/tests/profiles/h100-8x-nvswitch.yaml"
+profile="$root/lab/profiles/h100-8x-nvswitch.yaml"
 mkdir -p "$out"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -1,10 +1,10 @@
 # Copyright (c) gpuops.k8s contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Helpers for tests that run modules against NVIDIA's mock NVML (tests/mocknvml/build.sh).
+"""Helpers for tests that run modules against NVIDIA's mock NVML (lab/mocknvml/build.sh).
 
 The mock is selected per process by environment: LD_LIBRARY_PATH finds its
-libnvidia-ml.so.1, MOCK_NVML_CONFIG names the profile (tests/profiles/).
+libnvidia-ml.so.1, MOCK_NVML_CONFIG names the profile (lab/profiles/).
 """
 
 import json
@@ -12,8 +12,8 @@ import subprocess
 
 from conftest import REPO, VENV_BIN, process_env
 
-PROFILES = REPO / "tests" / "profiles"
-BUILD_SH = REPO / "tests" / "mocknvml" / "build.sh"
+PROFILES = REPO / "lab" / "profiles"
+BUILD_SH = REPO / "lab" / "mocknvml" / "build.sh"
 
 # build.sh's exit status for "the mock cannot be had on this machine" (vs 1: build broke).
 UNAVAILABLE = 3
@@ -52,7 +52,7 @@ def build_mock(timeout=1800):
 
 
 def mock_env(lib_dir, profile=None, **extra):
-    """Environment selecting the mock library and, when given, a profile from tests/profiles."""
+    """Environment selecting the mock library and, when given, a profile from lab/profiles."""
     env = {"LD_LIBRARY_PATH": str(lib_dir)}
     if profile is not None:
         env["MOCK_NVML_CONFIG"] = str(PROFILES / profile)

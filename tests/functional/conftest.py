@@ -82,6 +82,6 @@ def mocknvml():
         pytest.skip(build.reason)
     if build.rc != 0:
         raise RuntimeError(
-            "tests/mocknvml/build.sh failed (exit %d):\n%s\n%s" % (build.rc, build.stdout, build.stderr)
+            "lab/mocknvml/build.sh failed (exit %d):\n%s\n%s" % (build.rc, build.stdout, build.stderr)
         )
     return build.lib_dir

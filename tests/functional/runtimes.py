@@ -1,7 +1,7 @@
 # Copyright (c) gpuops.k8s contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Debian's real container runtimes (tests/runtimes/fetch-runtime.sh) as config validators.
+"""Debian's real container runtimes (lab/runtimes/fetch-runtime.sh) as config validators.
 
 containerd 1.6 (bookworm), 1.7 (trixie) and 2.x (sid) parse and merge a config, imports
 included, with `config dump`; docker.io 26 (trixie) checks a daemon.json with
@@ -16,7 +16,7 @@ import subprocess
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-FETCH = REPO / "tests" / "runtimes" / "fetch-runtime.sh"
+FETCH = REPO / "lab" / "runtimes" / "fetch-runtime.sh"
 CONTAINERD_SUITES = ("bookworm", "trixie", "sid")  # containerd 1.6, 1.7, 2.x
 DOCKER_SUITE = "trixie"  # docker.io 26.1
 

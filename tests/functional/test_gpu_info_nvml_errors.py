@@ -15,7 +15,7 @@ import venv
 import pytest
 from conftest import REPO, run_module
 
-FETCH_NVML = REPO / "tests" / "nvml" / "fetch-debian-nvml.sh"
+FETCH_NVML = REPO / "lab" / "nvml" / "fetch-debian-nvml.sh"
 
 
 @pytest.fixture(scope="module")

@@ -1,12 +1,12 @@
 # Copyright (c) gpuops.k8s contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""gpu_info on simulated nodes: a mock NVML with the profiles in tests/profiles.
+"""gpu_info on simulated nodes: a mock NVML with the profiles in lab/profiles.
 
 Every test that needs the mock uses the `mocknvml` fixture, which runs
-tests/mocknvml/build.sh once: NVIDIA's mock NVML when the Go module proxy serves
+lab/mocknvml/build.sh once: NVIDIA's mock NVML when the Go module proxy serves
 github.com/NVIDIA/k8s-test-infra, else (as here, where it answers 403) gpuops's stand-in
-from tests/mocknvml/bridge, which reads the same profiles. Where neither can be had (exit
+from lab/mocknvml/bridge, which reads the same profiles. Where neither can be had (exit
 3: no module, no Go toolchain, no C compiler) those tests skip with build.sh's message; a
 broken build is an error, never a skip.
 """

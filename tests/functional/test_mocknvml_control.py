@@ -1,7 +1,7 @@
 # Copyright (c) gpuops.k8s contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Runtime fault injection in the mock NVML: MOCK_NVML_CONTROL_DIR (tests/profiles/README.md).
+"""Runtime fault injection in the mock NVML: MOCK_NVML_CONTROL_DIR (lab/profiles/README.md).
 
 A file xid-<index>-<code> in the control directory is one XID critical error for that GPU,
 delivered through the NVML event set and then deleted; a file lost-<index> makes that GPU

@@ -27,7 +27,7 @@ REGISTERED = {"gpuops": "registered ", "nvidia": "Registered device plugin for"}
 
 def nvidia_plugin_command():
     build = subprocess.run(
-        ["bash", str(ROOT / "tests" / "peer" / "build-nvidia-plugin.sh")],
+        ["bash", str(ROOT / "lab" / "peer" / "build-nvidia-plugin.sh")],
         capture_output=True,
         text=True,
         check=False,

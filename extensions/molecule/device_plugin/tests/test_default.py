@@ -13,7 +13,7 @@ import yaml
 REPO = Path(os.environ["MOLECULE_PROJECT_DIRECTORY"]).parent
 SERVICE = "gpuops-device-plugin"
 VENV_PYTHON = "/opt/gpuops-device-plugin/venv/bin/python"
-PROFILE = yaml.safe_load((REPO / "tests" / "profiles" / "h100-8x-nvswitch.yaml").read_text())
+PROFILE = yaml.safe_load((REPO / "lab" / "profiles" / "h100-8x-nvswitch.yaml").read_text())
 H100_UUIDS = sorted(device["uuid"] for device in PROFILE["devices"])
 
 PROBE = """
@@ -64,7 +64,7 @@ def test_metrics_endpoint_listens(host):
 
 def test_kubelet_standin_sees_eight_healthy_gpus(host):
     host.check_output("mkdir -p /tmp/standin")
-    standin = (REPO / "tests" / "daemon" / "kubelet_standin.py").read_text()
+    standin = (REPO / "lab" / "daemon" / "kubelet_standin.py").read_text()
     host.run_expect([0], "cat > /tmp/standin/kubelet_standin.py <<'EOF'\n%s\nEOF" % standin)
     host.run_expect([0], "cat > /tmp/standin/probe.py <<'EOF'\n%s\nEOF" % PROBE)
     devices = json.loads(host.check_output("%s /tmp/standin/probe.py" % VENV_PYTHON))

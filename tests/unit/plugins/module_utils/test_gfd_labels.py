@@ -750,7 +750,7 @@ def test_labels_and_the_plugins_resources_agree(plugin):
 
 
 def test_a100_lab_profile_under_each_mig_strategy():
-    # tests/profiles/a100-8x-mig.yaml: MIG on GPUs 0-2 (4g.20gb+2g.10gb+1g.5gb, 2x 3g.20gb,
+    # lab/profiles/a100-8x-mig.yaml: MIG on GPUs 0-2 (4g.20gb+2g.10gb+1g.5gb, 2x 3g.20gb,
     # 7x 1g.5gb), off on 3-7.
     def a100(index, *profiles):
         facts = gpu(index, A100, 40536, (8, 0))

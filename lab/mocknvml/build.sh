@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build a mock libnvidia-ml.so.1 for the functional tests: NVIDIA's mock NVML
 # (github.com/NVIDIA/k8s-test-infra, package pkg/gpu/mocknvml/bridge) when the Go module
-# proxy serves it, otherwise gpuops's stand-in (tests/mocknvml/bridge: the NVML C API
+# proxy serves it, otherwise gpuops's stand-in (lab/mocknvml/bridge: the NVML C API
 # from go-nvml's nvml.h, reading the same YAML profiles).
 #
 # Output: ${GPUOPS_CACHE:-<repo>/.cache}/mocknvml/<version>/libnvidia-ml.so.1 for
@@ -37,7 +37,7 @@ OUT_DIR=$CACHE_ROOT/$MOCKNVML_VERSION
 MODE=${GPUOPS_MOCKNVML:-auto}
 
 # The stand-in: its Go module, and the go-nvml version whose nvml.h it is built from.
-STANDIN_SRC=$REPO_ROOT/tests/mocknvml/bridge
+STANDIN_SRC=$REPO_ROOT/lab/mocknvml/bridge
 GO_NVML=github.com/NVIDIA/go-nvml
 GO_NVML_VERSION=v0.13.0-1
 
@@ -247,7 +247,7 @@ build_upstream() {
     install_library "$WORK/out/$LIB" "$OUT_DIR"
 }
 
-# --- gpuops stand-in (tests/mocknvml/bridge) --------------------------------------------
+# --- gpuops stand-in (lab/mocknvml/bridge) --------------------------------------------
 
 # The stand-in's cache key: its sources (not generated files) and the alias list.
 standin_hash() {
@@ -291,7 +291,7 @@ build_standin() {
         if grep -q 'go mod download\|reading https://\|403\|404' "$WORK/build.log"; then
             unavailable "${upstream_error}; and the stand-in's modules cannot be downloaded: $(grep -m 1 'reading https://\|go: ' "$WORK/build.log")"
         fi
-        broken "go build of the stand-in (tests/mocknvml/bridge) failed (output above)"
+        broken "go build of the stand-in (lab/mocknvml/bridge) failed (output above)"
     fi
     check_library "$WORK/out/$LIB"
     log "stand-in built in $((SECONDS - started)) s"
@@ -314,9 +314,9 @@ if [[ $MODE != standin ]]; then
     UPSTREAM_ERROR=$(cat "$WORK/download.msg")
     [[ $MODE != upstream ]] || unavailable "$UPSTREAM_ERROR"
     if [[ $UPSTREAM_ERROR == *"403"* ]]; then
-        echo "mock NVML: NVIDIA's k8s-test-infra is not served by the module proxy (403); using the gpuops stand-in built from go-nvml ${GO_NVML_VERSION} (tests/mocknvml/bridge)" >&2
+        echo "mock NVML: NVIDIA's k8s-test-infra is not served by the module proxy (403); using the gpuops stand-in built from go-nvml ${GO_NVML_VERSION} (lab/mocknvml/bridge)" >&2
     else
-        echo "mock NVML: NVIDIA's k8s-test-infra cannot be downloaded ($UPSTREAM_ERROR); using the gpuops stand-in built from go-nvml ${GO_NVML_VERSION} (tests/mocknvml/bridge)" >&2
+        echo "mock NVML: NVIDIA's k8s-test-infra cannot be downloaded ($UPSTREAM_ERROR); using the gpuops stand-in built from go-nvml ${GO_NVML_VERSION} (lab/mocknvml/bridge)" >&2
     fi
 fi
 build_standin "$UPSTREAM_ERROR"

@@ -5,7 +5,7 @@
 package main
 
 // The YAML profile schema of NVIDIA's mock NVML (k8s-test-infra pkg/gpu/mocknvml), as
-// tests/profiles uses it. Unknown keys are ignored, as upstream's loader does.
+// lab/profiles uses it. Unknown keys are ignored, as upstream's loader does.
 
 import (
 	"fmt"

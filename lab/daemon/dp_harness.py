@@ -18,8 +18,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 DAEMON_DIR = ROOT / "roles" / "device_plugin" / "files"
-PROFILES = ROOT / "tests" / "profiles"
-BUILD_SH = ROOT / "tests" / "mocknvml" / "build.sh"
+PROFILES = ROOT / "lab" / "profiles"
+BUILD_SH = ROOT / "lab" / "mocknvml" / "build.sh"
 UNAVAILABLE = 3  # build.sh: the mock cannot be had on this machine
 
 H100_UUIDS = [
@@ -40,7 +40,7 @@ def build_mock():
     if proc.returncode == UNAVAILABLE:
         return None, proc.stderr.strip().splitlines()[-1]
     if proc.returncode != 0:
-        raise RuntimeError("tests/mocknvml/build.sh failed (%d):\n%s" % (proc.returncode, proc.stderr))
+        raise RuntimeError("lab/mocknvml/build.sh failed (%d):\n%s" % (proc.returncode, proc.stderr))
     return proc.stdout.strip().splitlines()[-1], None
 
 

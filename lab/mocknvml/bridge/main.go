@@ -7,10 +7,10 @@
 // here does not serve. Built with `go build -buildmode=c-shared` into a
 // libnvidia-ml.so.1 it exports the NVML C API with the prototypes of go-nvml's nvml.h,
 // writes results through go-nvml's cgo-generated types, and reads the same YAML profiles
-// (MOCK_NVML_CONFIG) as NVIDIA's mock. tests/profiles/README.md describes the schema
+// (MOCK_NVML_CONFIG) as NVIDIA's mock. lab/profiles/README.md describes the schema
 // subset it reads and the runtime fault injection it adds (MOCK_NVML_CONTROL_DIR).
 //
-// Build it with tests/mocknvml/build.sh: that copies nvml.h from the go-nvml module into
+// Build it with lab/mocknvml/build.sh: that copies nvml.h from the go-nvml module into
 // include/ and generates stubs_gen.c (every other nvml.h function, answering
 // NVML_ERROR_NOT_SUPPORTED) with ./internal/genstubs before `go build`.
 package main

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build NVIDIA's device plugin (github.com/NVIDIA/k8s-device-plugin, cmd/nvidia-device-plugin)
 # from the Go module proxy, to run next to ours against the mock NVML
-# (tests/mocknvml/build.sh).
+# (lab/mocknvml/build.sh).
 #
 # Output: ${GPUOPS_LAB_CACHE:-~/.cache/gpuops-lab}/nvidia-device-plugin/<version>/nvidia-device-plugin,
 # outside the work tree so that a fresh clone on the same machine (CI) reuses it.
