@@ -45,6 +45,8 @@ LAB = Path(__file__).resolve().parent
 ROOT = LAB.parent
 STATE_DIR = Path(os.environ.get("GPUOPS_LAB_STATE", "/var/lib/gpuops-lab"))
 RUN_DIR = Path("/run/gpuops-lab")
+# NVIDIA's mock NVML runtime overrides (faults) for every NVML user on the lab node.
+MOCK_OVERRIDES = RUN_DIR / "mocknvml-overrides.yaml"
 # The kubelet's default root dir, on purpose: NVIDIA's device plugin only knows
 # /var/lib/kubelet/device-plugins, and so do our role's defaults.
 KUBELET_ROOT = Path("/var/lib/kubelet")
@@ -268,8 +270,15 @@ def running_pid(name):
 
 def start(name, argv, env=None):
     if running_pid(name):
-        log("%s already running (pid %d)" % (name, running_pid(name)))
-        return
+        wanted = {"argv": [str(a) for a in argv], "env": env or {}}
+        spec = RUN_DIR / ("%s.json" % name)
+        if spec.is_file() and json.loads(spec.read_text()) == wanted:
+            log("%s already running (pid %d)" % (name, running_pid(name)))
+            return
+        # A lab started by an earlier checkout (another mock library, other flags) must
+        # not keep serving what this one no longer asks for.
+        log("%s is running with another command or environment: restarting it" % name)
+        stop(name)
     LOGS.mkdir(parents=True, exist_ok=True)
     with open(LOGS / ("%s.log" % name), "ab") as out:
         proc = subprocess.Popen(
@@ -647,12 +656,29 @@ def resolve_profile(profile):
     return Path(profile) if os.path.isabs(profile) else ROOT / "lab" / "profiles" / profile
 
 
+def nvml_library(profile_path):
+    """The NVML library for a profile: NVIDIA's mock, or gpuops's MIG stand-in for a profile
+    with MIG instances (a sibling <name>.mig.yaml), which NVIDIA's mock does not model."""
+    if profile_path.with_name(profile_path.stem + ".mig.yaml").is_file():
+        log("%s has MIG instances: gpuops's MIG NVML stand-in, not NVIDIA's mock" % profile_path.name)
+        return script_output(ROOT / "lab" / "mig-nvml-standin" / "build.sh")[-1]
+    return script_output(ROOT / "lab" / "mocknvml" / "build.sh")[-1]
+
+
+def node_nvml_environment(profile_path):
+    """What the device plugin and every play on the lab node read to see the mock GPUs;
+    faults are injected through MOCK_OVERRIDES (NVIDIA's mock re-reads it every second)."""
+    return {
+        "LD_LIBRARY_PATH": nvml_library(profile_path),
+        "MOCK_NVML_CONFIG": str(profile_path),
+        "MOCK_NVML_OVERRIDES": str(MOCK_OVERRIDES),
+    }
+
+
 def start_device_plugin(profile):
     """Our daemon over the mock NVML library, as the lab's node would run it."""
-    lib_dir = script_output(ROOT / "lab" / "mocknvml" / "build.sh")[-1]
-    profile_path = resolve_profile(profile)
-    control = RUN_DIR / "mocknvml-control"
-    control.mkdir(parents=True, exist_ok=True)
+    node_env = node_nvml_environment(resolve_profile(profile))
+    MOCK_OVERRIDES.unlink(missing_ok=True)  # no fault left over from an interrupted test
     start(
         "device-plugin",
         [
@@ -667,17 +693,11 @@ def start_device_plugin(profile):
         env={
             "PYTHONPATH": str(ROOT / "roles" / "device_plugin" / "files"),
             "PYTHONDONTWRITEBYTECODE": "1",
-            "LD_LIBRARY_PATH": lib_dir,
-            "MOCK_NVML_CONFIG": str(profile_path),
-            "MOCK_NVML_CONTROL_DIR": str(control),
+            **node_env,
         },
     )
     # What a play on the lab node needs to see the same mock GPUs (inventories/lab).
-    return {
-        "LD_LIBRARY_PATH": lib_dir,
-        "MOCK_NVML_CONFIG": str(profile_path),
-        "MOCK_NVML_CONTROL_DIR": str(control),
-    }
+    return node_env
 
 
 def write_ansible_vars(node_env):
@@ -862,11 +882,14 @@ def set_profile(args):
     profile_path = resolve_profile(args.profile)
     if not profile_path.is_file():
         raise LabError("no mock NVML profile at %s" % profile_path)
-    spec["env"]["MOCK_NVML_CONFIG"] = str(profile_path)
+    nvml_env = node_nvml_environment(profile_path)
+    spec["env"].pop("MOCK_NVML_CONTROL_DIR", None)  # written by labs started before NVIDIA's mock
+    spec["env"].update(nvml_env)
     stop("device-plugin")
     start("device-plugin", spec["argv"], spec["env"])
     node_env = json.loads(ANSIBLE_VARS.read_text())["node_environment"]
-    node_env["MOCK_NVML_CONFIG"] = str(profile_path)
+    node_env.pop("MOCK_NVML_CONTROL_DIR", None)
+    node_env.update(nvml_env)
     write_ansible_vars(node_env)
     return 0
 

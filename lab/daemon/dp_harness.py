@@ -1,10 +1,15 @@
 # Copyright (c) gpuops.k8s contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Run the daemon as a real process over the mock NVML library, next to a kubelet stand-in."""
+"""Run the daemon as a real process over NVIDIA's mock NVML, next to a kubelet stand-in.
+
+Faults are injected the way NVIDIA's mock takes them at runtime: an overrides file
+(MOCK_NVML_OVERRIDES) that it deep-merges over the profile and re-reads every TTL.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -20,7 +25,9 @@ ROOT = Path(__file__).resolve().parents[2]
 DAEMON_DIR = ROOT / "roles" / "device_plugin" / "files"
 PROFILES = ROOT / "lab" / "profiles"
 BUILD_SH = ROOT / "lab" / "mocknvml" / "build.sh"
-UNAVAILABLE = 3  # build.sh: the mock cannot be had on this machine
+MIG_STANDIN_SH = ROOT / "lab" / "mig-nvml-standin" / "build.sh"
+# How often the mock re-reads the overrides file (its default is 1 s).
+OVERRIDES_TTL = "100ms"
 
 H100_UUIDS = [
     "GPU-20330507-055a-40f9-a4e7-4b442a53b091",
@@ -34,14 +41,61 @@ H100_UUIDS = [
 ]
 
 
-def build_mock():
-    """(library dir, None) or (None, why it is unavailable); raises if the build broke."""
-    proc = subprocess.run(["bash", str(BUILD_SH)], capture_output=True, text=True, check=False, timeout=1800)
-    if proc.returncode == UNAVAILABLE:
-        return None, proc.stderr.strip().splitlines()[-1]
+def _build(script):
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, check=False, timeout=1800)
     if proc.returncode != 0:
-        raise RuntimeError("lab/mocknvml/build.sh failed (%d):\n%s" % (proc.returncode, proc.stderr))
-    return proc.stdout.strip().splitlines()[-1], None
+        # Never a skip: a test that needs the library fails with the build's own message.
+        raise RuntimeError("%s failed (%d):\n%s" % (script.relative_to(ROOT), proc.returncode, proc.stderr))
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def build_mock():
+    """NVIDIA's mock NVML (lab/mocknvml/build.sh): the directory of its libnvidia-ml.so.1."""
+    return _build(BUILD_SH)
+
+
+def build_mig_standin():
+    """gpuops's MIG stand-in (lab/mig-nvml-standin), for MIG instances only."""
+    return _build(MIG_STANDIN_SH)
+
+
+class MockFaults:
+    """Faults for NVIDIA's mock NVML, written to its runtime overrides file.
+
+    Names as the tests use them: `xid-<index>-<code>` (the GPU trips into
+    ecc_uncorrectable and delivers that XID once through the NVML event set, on its next
+    guarded device call) and `lost-<index>` (the GPU answers NVML_ERROR_GPU_IS_LOST from
+    its next guarded call until the fault is cleared).
+    """
+
+    def __init__(self, path):
+        self.path = Path(path)
+        self.faults = {}
+
+    def inject(self, name):
+        kind, index, *rest = name.split("-")
+        if kind == "xid" and len(rest) == 1:
+            failure = {"mode": "ecc_uncorrectable", "xid": {"code": int(rest[0])}}
+        elif kind == "lost" and not rest:
+            failure = {"mode": "lost"}
+        else:
+            raise ValueError("fault %r: expected xid-<gpu index>-<code> or lost-<gpu index>" % name)
+        self.faults[int(index)] = failure
+        self._write()
+
+    def clear(self, name=None):
+        """Clear one fault (by the name it was injected with), or all of them."""
+        if name is None:
+            self.faults.clear()
+        else:
+            self.faults.pop(int(name.split("-")[1]), None)
+        self._write()
+
+    def _write(self):
+        doc = {"version": 1, "devices": {str(i): {"failure": f} for i, f in sorted(self.faults.items())}}
+        scratch = self.path.with_name(self.path.name + ".tmp")
+        scratch.write_text(json.dumps(doc, indent=2) + "\n")  # JSON is YAML: no yaml import here
+        os.replace(scratch, self.path)
 
 
 def short_tempdir(prefix):
@@ -63,6 +117,7 @@ class Daemon:
     ):
         self.plugin_dir = plugin_dir
         self.control_dir = short_tempdir("mocknvml-ctl-")
+        self.faults = MockFaults(os.path.join(self.control_dir, "overrides.yaml"))
         self.metrics_port = free_port()
         self.log_path = os.path.join(self.control_dir, "daemon.log")
         self.command = [
@@ -84,7 +139,8 @@ class Daemon:
         self.env.update(
             PYTHONPATH=str(DAEMON_DIR),
             LD_LIBRARY_PATH=str(lib_dir),
-            MOCK_NVML_CONTROL_DIR=self.control_dir,
+            MOCK_NVML_OVERRIDES=str(self.faults.path),
+            MOCK_NVML_OVERRIDES_TTL=OVERRIDES_TTL,
             PYTHONUNBUFFERED="1",
             PYTHONDONTWRITEBYTECODE="1",
         )
@@ -119,11 +175,11 @@ class Daemon:
         raise TimeoutError("%r not in the daemon's log:\n%s" % (needle, self.text()))
 
     def inject(self, name):
-        """Fault injection through the mock's control directory: xid-<gpu>-<code>, lost-<gpu>."""
-        Path(self.control_dir, name).write_text("")
+        """A fault on one GPU (MockFaults): xid-<gpu>-<code>, lost-<gpu>."""
+        self.faults.inject(name)
 
     def clear(self, name):
-        Path(self.control_dir, name).unlink()
+        self.faults.clear(name)
 
     def signal(self, signum):
         self.proc.send_signal(signum)

@@ -15,7 +15,7 @@ import time
 
 import grpc
 import pytest
-from dp_harness import H100_UUIDS, Daemon, build_mock, short_tempdir
+from dp_harness import H100_UUIDS, Daemon, build_mig_standin, build_mock, short_tempdir
 from kubelet_standin import KubeletStandin
 
 from gpuops_device_plugin.api import api_pb2
@@ -25,10 +25,14 @@ GPU = "nvidia.com/gpu"
 
 @pytest.fixture(scope="module")
 def lib_dir():
-    directory, why = build_mock()
-    if directory is None:
-        pytest.skip(why)
-    return directory
+    """NVIDIA's mock NVML: every test here runs on it but the MIG one."""
+    return build_mock()
+
+
+@pytest.fixture(scope="module")
+def mig_lib_dir():
+    """gpuops's MIG stand-in: NVIDIA's mock models no MIG instances."""
+    return build_mig_standin()
 
 
 @pytest.fixture
@@ -50,8 +54,8 @@ def kubelet(plugin_dir):
 def start(lib_dir, plugin_dir):
     started = []
 
-    def _start(**kwargs):
-        daemon = Daemon(lib_dir, plugin_dir, **kwargs).start()
+    def _start(library=None, **kwargs):
+        daemon = Daemon(library or lib_dir, plugin_dir, **kwargs).start()
         started.append(daemon)
         return daemon
 
@@ -349,8 +353,8 @@ def test_sigterm_stops_cleanly_and_removes_only_its_socket(kubelet, start, plugi
     assert "stopping on SIGTERM" in daemon.text()
 
 
-def test_mig_mixed_offers_one_resource_per_profile(kubelet, start):
-    start(profile="a100-8x-mig.yaml", args=("--mig-strategy", "mixed"))
+def test_mig_mixed_offers_one_resource_per_profile(kubelet, start, mig_lib_dir):
+    start(library=mig_lib_dir, profile="a100-8x-mig.yaml", args=("--mig-strategy", "mixed"))
     kubelet.wait_registered("nvidia.com/mig-1g.5gb", timeout=30)
     for name in (
         "nvidia.com/gpu",

@@ -1,9 +1,10 @@
 # Copyright (c) gpuops.k8s contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Helpers for tests that run modules against NVIDIA's mock NVML (lab/mocknvml/build.sh).
+"""Helpers for tests that run modules against NVIDIA's mock NVML (lab/mocknvml/build.sh)
+or, for the tests that need MIG instances, gpuops's MIG stand-in (lab/mig-nvml-standin).
 
-The mock is selected per process by environment: LD_LIBRARY_PATH finds its
+The library is selected per process by environment: LD_LIBRARY_PATH finds its
 libnvidia-ml.so.1, MOCK_NVML_CONFIG names the profile (lab/profiles/).
 """
 
@@ -14,10 +15,7 @@ from conftest import REPO, VENV_BIN, process_env
 
 PROFILES = REPO / "lab" / "profiles"
 BUILD_SH = REPO / "lab" / "mocknvml" / "build.sh"
-
-# build.sh's exit status for "the mock cannot be had on this machine" (vs 1: build broke).
-UNAVAILABLE = 3
-_UNAVAILABLE_PREFIX = "mock NVML unavailable:"
+MIG_STANDIN_SH = REPO / "lab" / "mig-nvml-standin" / "build.sh"
 
 
 class MockBuild:
@@ -30,24 +28,10 @@ class MockBuild:
         lines = [line for line in proc.stdout.splitlines() if line.strip()]
         self.lib_dir = lines[-1].strip() if self.rc == 0 and lines else None
 
-    @property
-    def unavailable(self):
-        return self.rc == UNAVAILABLE
 
-    @property
-    def reason(self):
-        """build.sh's own one-line explanation, with go's error in it."""
-        for line in self.stderr.splitlines():
-            if line.startswith(_UNAVAILABLE_PREFIX):
-                return line.strip()
-        return self.stderr.strip() or "build.sh exited %d with no message" % self.rc
-
-
-def build_mock(timeout=1800):
-    """Run build.sh (it reuses a library built before) and return a MockBuild."""
-    proc = subprocess.run(
-        ["bash", str(BUILD_SH)], check=False, capture_output=True, text=True, timeout=timeout
-    )
+def build_mock(script=BUILD_SH, timeout=1800):
+    """Run a build script (it reuses a library built before) and return a MockBuild."""
+    proc = subprocess.run(["bash", str(script)], check=False, capture_output=True, text=True, timeout=timeout)
     return MockBuild(proc)
 
 

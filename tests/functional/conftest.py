@@ -72,16 +72,30 @@ def run_module(
         ) from error
 
 
-@pytest.fixture(scope="module")
-def mocknvml():
-    """The mock NVML's library directory; skips when the mock cannot be built on this machine."""
+def _library(script):
     from _mock import build_mock  # noqa: PLC0415 - _mock imports this module
 
-    build = build_mock()
-    if build.unavailable:
-        pytest.skip(build.reason)
+    build = build_mock(script)
     if build.rc != 0:
+        # A library that cannot be built fails the tests that need it: never a skip.
         raise RuntimeError(
-            "lab/mocknvml/build.sh failed (exit %d):\n%s\n%s" % (build.rc, build.stdout, build.stderr)
+            "%s failed (exit %d):\n%s\n%s" % (script.relative_to(REPO), build.rc, build.stdout, build.stderr)
         )
     return build.lib_dir
+
+
+@pytest.fixture(scope="module")
+def mocknvml():
+    """NVIDIA's mock NVML (lab/mocknvml/build.sh): its library directory."""
+    from _mock import BUILD_SH  # noqa: PLC0415 - _mock imports this module
+
+    return _library(BUILD_SH)
+
+
+@pytest.fixture(scope="module")
+def mig_standin():
+    """gpuops's MIG NVML stand-in (lab/mig-nvml-standin), for the tests that need MIG
+    instances, which NVIDIA's mock does not model: its library directory."""
+    from _mock import MIG_STANDIN_SH  # noqa: PLC0415 - _mock imports this module
+
+    return _library(MIG_STANDIN_SH)

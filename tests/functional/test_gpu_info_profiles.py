@@ -3,12 +3,12 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """gpu_info on simulated nodes: a mock NVML with the profiles in lab/profiles.
 
-Every test that needs the mock uses the `mocknvml` fixture, which runs
-lab/mocknvml/build.sh once: NVIDIA's mock NVML when the Go module proxy serves
-github.com/NVIDIA/k8s-test-infra, else (as here, where it answers 403) gpuops's stand-in
-from lab/mocknvml/bridge, which reads the same profiles. Where neither can be had (exit
-3: no module, no Go toolchain, no C compiler) those tests skip with build.sh's message; a
-broken build is an error, never a skip.
+Every test runs on NVIDIA's mock NVML (the `mocknvml` fixture, lab/mocknvml/build.sh)
+except the four that need what it does not model: MIG instances, and a board that
+answers NVML's MIG-mode query with NOT_SUPPORTED as a real T4 does (NVIDIA's mock answers
+it on every board). Those use gpuops's MIG stand-in (the `mig_standin` fixture,
+lab/mig-nvml-standin), which reads the same profiles. A library that cannot be built
+fails its tests; nothing skips.
 """
 
 import json
@@ -143,12 +143,14 @@ def test_mig_table_covers_the_layouts():
 
 
 # What each profile should read as: count, product name, compute capability, GFD family,
-# accelerator label, and nvidia.com/mig.capable (None: no claim; the H100 profile has no
-# MIG table, so the mock calls it not MIG-capable although a real H100 is).
+# accelerator label, and nvidia.com/mig.capable (None: no claim here. NVIDIA's mock
+# answers the MIG-mode query on every board, so its T4 reads as MIG-capable, as GFD would
+# label it on that mock; test_t4_is_not_mig_capable checks a real T4's answer on the
+# stand-in. The H100 profile declares no MIG block.)
 IDENTITY = {
     H100: (8, "NVIDIA H100 80GB HBM3", "9.0", "hopper", "nvidia-h100", None),
     A100_MIG: (8, "NVIDIA A100-SXM4-40GB", "8.0", "ampere", "nvidia-a100", "true"),
-    T4: (1, "Tesla T4", "7.5", "turing", "nvidia-tesla-t4", "false"),
+    T4: (1, "Tesla T4", "7.5", "turing", "nvidia-tesla-t4", None),
 }
 
 
@@ -199,11 +201,18 @@ def test_t4_has_no_links(mocknvml, sysfs):
     assert result["links"] == []
     assert result["nvswitch"] is False
     assert result["gpus"][0]["nvlinks"] == {"active": 0, "to_switch": 0, "to_gpu": 0}
+
+
+def test_t4_is_not_mig_capable(mig_standin, sysfs):
+    """A board whose NVML answers the MIG-mode query with NOT_SUPPORTED (a real T4) is not
+    MIG-capable. On the stand-in: NVIDIA's mock answers that query on every board."""
+    result = gpu_info(mig_standin, sysfs, T4)
     assert result["gpus"][0]["mig"]["capable"] is False
+    assert result["labels"]["nvidia.com/mig.capable"] == "false"
 
 
-def test_a100_mig_layout(mocknvml, sysfs):
-    result = gpu_info(mocknvml, sysfs, A100_MIG)
+def test_a100_mig_layout(mig_standin, sysfs):
+    result = gpu_info(mig_standin, sysfs, A100_MIG)
     assert not result.get("failed"), result.get("msg")
     assert result["labels"]["nvidia.com/mig.capable"] == "true"
     assert result["nvswitch"] is True
@@ -233,7 +242,7 @@ def test_a100_mig_layout(mocknvml, sysfs):
 A100_MIG_ATTRIBUTES = {"1g.5gb": ("4864", "14", "1"), "3g.20gb": ("19968", "42", "3")}
 
 
-def test_a100_mig_labels_under_each_strategy(mocknvml, sysfs, tmp_path):
+def test_a100_mig_labels_under_each_strategy(mig_standin, sysfs, tmp_path):
     # The labels say what the device plugin offers; the record is the device_plugin role's.
     record = tmp_path / "served.json"
     record.write_text(
@@ -251,7 +260,7 @@ def test_a100_mig_labels_under_each_strategy(mocknvml, sysfs, tmp_path):
             }
         )
     )
-    result = gpu_info(mocknvml, sysfs, A100_MIG, device_plugin_record=str(record))
+    result = gpu_info(mig_standin, sysfs, A100_MIG, device_plugin_record=str(record))
     assert not result.get("failed"), result.get("msg")
     assert result["device_plugin"] == {
         "source": "record",
@@ -273,7 +282,7 @@ def test_a100_mig_labels_under_each_strategy(mocknvml, sysfs, tmp_path):
     assert (labels["nvidia.com/gpu.machine"], labels["nvidia.com/gpu.mode"]) == ("unknown", "unknown")
     assert "nvidia.com/vgpu.present" not in labels
 
-    single = gpu_info(mocknvml, sysfs, A100_MIG, device_plugin={"environment": {"MIG_STRATEGY": "single"}})
+    single = gpu_info(mig_standin, sysfs, A100_MIG, device_plugin={"environment": {"MIG_STRATEGY": "single"}})
     assert single["device_plugin"]["source"] == "option"
     assert single["labels"]["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-40GB-MIG-INVALID"
     assert single["labels"]["nvidia.com/gpu.count"] == "0"
@@ -293,10 +302,10 @@ def test_a_bad_device_plugin_configuration_fails_naming_the_field(mocknvml, sysf
     )
 
 
-def test_mps_on_mig_gpus_fails_like_gfd(mocknvml, sysfs):
+def test_mps_on_mig_gpus_fails_like_gfd(mig_standin, sysfs):
     # NVIDIA's plugin with MPS on a node with MIG enabled: GFD refuses to label it.
     config = {"sharing": {"mps": {"resources": [{"name": "nvidia.com/gpu", "replicas": 2}]}}}
-    result = gpu_info(mocknvml, sysfs, A100_MIG, device_plugin={"mode": "nvidia", "config": config})
+    result = gpu_info(mig_standin, sysfs, A100_MIG, device_plugin={"mode": "nvidia", "config": config})
     assert result["failed"] is True
     assert "MPS sharing is not supported on MIG-enabled GPUs (GPU 0, 1, 2)" in result["msg"]
     assert result["gpu_count"] == len(result["gpus"]) == 8

@@ -10,10 +10,12 @@ import json
 from pathlib import Path
 
 import pytest
+from dp_harness import MockFaults
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTAINERD_TOML = Path("/var/lib/gpuops-lab/containerd.toml")
-MOCK_CONTROL = Path("/run/gpuops-lab/mocknvml-control")
+# NVIDIA's mock NVML's runtime overrides on the lab node (lab/cluster.py MOCK_OVERRIDES).
+MOCK_OVERRIDES = Path("/run/gpuops-lab/mocknvml-overrides.yaml")
 
 
 def doctor(lab, tmp_path, extra=None):
@@ -78,12 +80,12 @@ def test_nvidia_runtime_removed_from_the_config(healthy_lab, tmp_path):
 
 
 def test_gpu_lost(healthy_lab, tmp_path):
-    lost = MOCK_CONTROL / "lost-3"
-    lost.write_text("")
+    faults = MockFaults(MOCK_OVERRIDES)
+    faults.inject("lost-3")
     try:
         _proc, findings = doctor(healthy_lab, tmp_path)
     finally:
-        lost.unlink()
+        faults.clear()
     assert checks(findings)["nvml"].startswith("GPU 3 is lost")
 
 

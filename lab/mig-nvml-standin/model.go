@@ -4,8 +4,7 @@
 
 package main
 
-// The simulated node: GPUs, their MIG devices, failure state, event sets and the
-// runtime control directory (MOCK_NVML_CONTROL_DIR).
+// The simulated node: GPUs, their MIG devices, failure state and event sets.
 
 /*
 #include <stdlib.h>
@@ -16,7 +15,6 @@ import (
 	"fmt"
 	"math/rand"
 	"os"
-	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
@@ -77,12 +75,10 @@ type eventSet struct {
 }
 
 type node struct {
-	system     systemConfig
-	gpus       []*gpu
-	nvlink     nvlinkConfig
-	numaOfRC   map[string]*int
-	controlDir string
-	lostNow    map[int]bool // lost-<index> files seen by the last scan
+	system   systemConfig
+	gpus     []*gpu
+	nvlink   nvlinkConfig
+	numaOfRC map[string]*int
 }
 
 var (
@@ -121,11 +117,9 @@ func load() (*node, error) {
 		return nil, err
 	}
 	n := &node{
-		system:     doc.System,
-		nvlink:     doc.NVLink,
-		numaOfRC:   map[string]*int{},
-		controlDir: os.Getenv("MOCK_NVML_CONTROL_DIR"),
-		lostNow:    map[int]bool{},
+		system:   doc.System,
+		nvlink:   doc.NVLink,
+		numaOfRC: map[string]*int{},
 	}
 	rcOfBus := map[string]string{}
 	for _, rc := range doc.PCIeTopology.RootComplexes {
@@ -333,17 +327,16 @@ func (g *gpu) buildMig() error {
 
 // --- failures ---------------------------------------------------------------------------
 
-// guard runs before every call on a device: it reads the control directory, counts the
-// call towards the device's failure block, and says whether the GPU answers.
+// guard runs before every call on a device: it counts the call towards the device's
+// failure block and says whether the GPU answers.
 func (n *node) guard(g *gpu) nvml.Return {
-	n.scanControl()
 	if f := g.cfg.Failure; f != nil && !g.tripped {
 		g.calls++
 		if g.calls > f.AfterCalls && (f.Probability == nil || rand.Float64() < *f.Probability) {
 			n.trip(g)
 		}
 	}
-	if g.failed || n.lostNow[g.index] {
+	if g.failed {
 		return nvml.ERROR_GPU_IS_LOST
 	}
 	return nvml.SUCCESS
@@ -392,48 +385,4 @@ func (n *node) deliver(g *gpu, code uint64, keep bool) bool {
 		s.queue = append(s.queue, event{dev: g, kind: uint64(nvml.EventTypeXidCriticalError), data: code})
 	}
 	return true
-}
-
-var (
-	lostFile = regexp.MustCompile(`^lost-(\d+)$`)
-	xidFile  = regexp.MustCompile(`^xid-(\d+)-(\d+)$`)
-)
-
-// scanControl reads MOCK_NVML_CONTROL_DIR: lost-<index> marks a GPU lost while the file
-// exists; xid-<index>-<code> is one XID event, taken (deleted) by the process whose
-// event sets registered that GPU. A file no set here wants stays for another process.
-func (n *node) scanControl() {
-	if n.controlDir == "" {
-		return
-	}
-	entries, err := os.ReadDir(n.controlDir)
-	lost := map[int]bool{}
-	if err == nil {
-		for _, entry := range entries {
-			name := entry.Name()
-			if m := lostFile.FindStringSubmatch(name); m != nil {
-				index, _ := strconv.Atoi(m[1])
-				lost[index] = true
-				continue
-			}
-			m := xidFile.FindStringSubmatch(name)
-			if m == nil {
-				continue
-			}
-			index, _ := strconv.Atoi(m[1])
-			code, err := strconv.ParseUint(m[2], 10, 64)
-			if err != nil || index >= len(n.gpus) {
-				continue
-			}
-			g := n.gpus[index]
-			if len(setsFor(g)) == 0 {
-				continue
-			}
-			// Removing is the claim: of several processes only one delivers the event.
-			if os.Remove(filepath.Join(n.controlDir, name)) == nil {
-				n.deliver(g, code, false)
-			}
-		}
-	}
-	n.lostNow = lost
 }

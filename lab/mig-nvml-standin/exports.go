@@ -25,7 +25,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 )
 
-// How often nvmlEventSetWait looks for new events (and reads the control directory).
+// How often nvmlEventSetWait looks for new events.
 const waitSlice = 5 * time.Millisecond
 
 func rc(r nvml.Return) C.nvmlReturn_t { return C.nvmlReturn_t(r) }
@@ -196,7 +196,6 @@ func deviceCount(count *C.uint) C.nvmlReturn_t {
 	if !initialized() {
 		return rc(nvml.ERROR_UNINITIALIZED)
 	}
-	state.scanControl()
 	return rc(putUint(count, uint32(len(state.gpus))))
 }
 
@@ -1059,7 +1058,6 @@ func nextEvent(set C.nvmlEventSet_t, data *C.nvmlEventData_t) (nvml.Return, bool
 	if s == nil || data == nil {
 		return nvml.ERROR_INVALID_ARGUMENT, true
 	}
-	state.scanControl()
 	if len(s.queue) == 0 {
 		return nvml.ERROR_TIMEOUT, false
 	}

@@ -2,15 +2,14 @@
 // GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 // SPDX-License-Identifier: GPL-3.0-or-later
 
-// Command mocknvml is gpuops.k8s's stand-in for NVIDIA's mock NVML
-// (github.com/NVIDIA/k8s-test-infra pkg/gpu/mocknvml/bridge), which the Go module proxy
-// here does not serve. Built with `go build -buildmode=c-shared` into a
+// Command mocknvml is gpuops.k8s's MIG NVML stand-in: OUR OWN library, used only by the
+// tests that need MIG instances, which NVIDIA's mock NVML (lab/mocknvml) does not model
+// (README.md lists them). Built with `go build -buildmode=c-shared` into a
 // libnvidia-ml.so.1 it exports the NVML C API with the prototypes of go-nvml's nvml.h,
 // writes results through go-nvml's cgo-generated types, and reads the same YAML profiles
-// (MOCK_NVML_CONFIG) as NVIDIA's mock. lab/profiles/README.md describes the schema
-// subset it reads and the runtime fault injection it adds (MOCK_NVML_CONTROL_DIR).
+// (MOCK_NVML_CONFIG) as NVIDIA's mock, plus a MIG table (<profile>.mig.yaml).
 //
-// Build it with lab/mocknvml/build.sh: that copies nvml.h from the go-nvml module into
+// Build it with lab/mig-nvml-standin/build.sh: that copies nvml.h from the go-nvml module into
 // include/ and generates stubs_gen.c (every other nvml.h function, answering
 // NVML_ERROR_NOT_SUPPORTED) with ./internal/genstubs before `go build`.
 package main
