@@ -2,14 +2,17 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """playbooks/upgrade_driver.yml on the lab node: the lab's "driver" is a real Debian
-package (lab/driver/build-repo.sh) installing the mock GPUs' profile, served by apt from a
+package (lab/driver/build-repo.sh) installing NVIDIA's mock NVML and CUDA libraries under
+the driver's version, device nodes and the mock GPUs' profile, served by apt from a
 local repository this module builds. A job that does not finish stops the upgrade after the
 cordon; the label keeps the failed step and the next run resumes there."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import stat
 import subprocess
 from pathlib import Path
 
@@ -125,10 +128,25 @@ def lab_driver(lab):
         lab.kubectl("annotate", "node", lab.node, FAILURE + "-", "gpuops.k8s/driver-upgrade-cordoned-")
         lab.control("profile", DEFAULT_PROFILE)
         subprocess.run([*APT, "purge", "-y", "-qq", "gpuops-lab-driver"], check=False, capture_output=True)
+        # Purged, the driver is gone from the host again: no library, no device node.
+        assert not Path("/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1").exists()
+        assert not Path("/dev/nvidia0").exists()
         SOURCE.unlink(missing_ok=True)
         for stale in Path("/var/lib/apt/lists").glob("*%s*" % str(repo).strip("/").replace("/", "_")):
             stale.unlink()
         shutil.rmtree(repo, ignore_errors=True)
+
+
+def assert_driver_files(version):
+    """The package behaves like a driver above the kernel: NVIDIA's mock libraries under
+    the version's names where the driver's go, and its device nodes (major 195)."""
+    lib = Path("/usr/lib/x86_64-linux-gnu")
+    for name in ("libnvidia-ml", "libcuda"):
+        assert (lib / ("%s.so.1" % name)).resolve() == lib / ("%s.so.%s" % (name, version))
+    for index in range(8):
+        node = os.stat("/dev/nvidia%d" % index)
+        assert stat.S_ISCHR(node.st_mode) and (os.major(node.st_rdev), os.minor(node.st_rdev)) == (195, index)
+    assert os.major(os.stat("/dev/nvidiactl").st_rdev) == 195
 
 
 def gpus_allocatable(lab):
@@ -225,6 +243,7 @@ def test_failure_after_cordon_keeps_the_step_and_a_rerun_resumes(lab_driver):
     assert ran(tasks, "Check the validation pod passed") == 1
     assert ran(tasks, "Uncordon the node") == 1
     assert installed_driver() == NEW + "-1"
+    assert_driver_files(NEW)
     node = lab.node_object()
     assert node["metadata"]["labels"][STATE] == "upgrade-done"
     assert not node["spec"].get("unschedulable")
