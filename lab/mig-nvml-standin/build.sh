@@ -60,56 +60,9 @@ link_and_report() {
     echo "$1"
 }
 
-command -v python3 >/dev/null 2>&1 || broken "python3 not found on PATH (it reads go's JSON output)"
-command -v go >/dev/null 2>&1 || broken "go not found on PATH (the stand-in is a Go c-shared library)"
-CC_CMD=$(go env CC)
-command -v "${CC_CMD%% *}" >/dev/null 2>&1 || broken "no C compiler for cgo (go env CC: ${CC_CMD})"
-
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/gpuops-mig-standin.XXXXXX")
-# Files copied out of the module cache are read-only: make them writable to remove them.
-trap 'chmod -R u+w "$WORK" 2>/dev/null || true; rm -rf "$WORK"' EXIT
-mkdir -p "$WORK/wrapper" "$WORK/out"
-(cd "$WORK/wrapper" && go mod init gpuops.invalid/mig-standin-wrapper >/dev/null 2>&1) ||
-    broken "go mod init of the wrapper module failed in $WORK/wrapper"
-
-# One field of `go mod download -json` output on stdin, multi-line values joined with "; ".
-json_field() {
-    python3 -c '
-import json
-import sys
-
-try:
-    doc = json.load(sys.stdin)
-except ValueError:
-    sys.exit(0)
-value = doc.get(sys.argv[1]) or ""
-print("; ".join(line.strip() for line in value.splitlines() if line.strip()))
-' "$1"
-}
-
-# try_download MODULE@VERSION: download into the module cache and print its directory.
-# On failure return 1, with go's own error in $WORK/download.msg.
-try_download() {
-    local target=$1 json rc error dir
-    set +e
-    json=$(cd "$WORK/wrapper" && go mod download -json "$target" 2>"$WORK/download.err")
-    rc=$?
-    set -e
-    error=$(json_field Error <<<"$json")
-    if [[ $rc -ne 0 || -n $error ]]; then
-        if [[ -z $error ]]; then
-            error=$(grep -v '^[[:space:]]*$' "$WORK/download.err" | tail -n 1 || true)
-        fi
-        echo "go mod download $target failed: ${error:-exit status $rc}" >"$WORK/download.msg"
-        return 1
-    fi
-    dir=$(json_field Dir <<<"$json")
-    if [[ -z $dir || ! -d $dir ]]; then
-        echo "go mod download $target reported no module directory" >"$WORK/download.msg"
-        return 1
-    fi
-    echo "$dir"
-}
+# shellcheck source=lab/go-build.sh
+source "$REPO_ROOT/lab/go-build.sh"
+fail() { broken "$@"; }
 
 LDFLAGS=""
 for alias in "${VERSION_ALIASES[@]}"; do
@@ -176,10 +129,11 @@ build_standin() {
         link_and_report "$dir"
         return 0
     fi
+    go_require_cgo "the MIG NVML stand-in (a Go c-shared library)"
+    go_workdir mig-standin
+    mkdir -p "$WORK/out"
     started=$SECONDS
-    if ! nvml_dir=$(try_download "${GO_NVML}@${GO_NVML_VERSION}"); then
-        broken "$(cat "$WORK/download.msg")"
-    fi
+    nvml_dir=$(go_download "${GO_NVML}@${GO_NVML_VERSION}") || broken "$(go_download_error)"
     [[ -f $nvml_dir/pkg/nvml/nvml.h ]] || broken "$GO_NVML@$GO_NVML_VERSION has no pkg/nvml/nvml.h"
 
     # Build in a copy: nvml.h and the generated stubs are not part of the sources.

@@ -29,6 +29,8 @@ TARBALL_SHA256=7a7f1d75b720a9ce313604c32af332191928c1883441c64eaf43b9f066ec1222
 DRIVER_VERSION=550.163.01
 
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+# shellcheck source=lab/go-build.sh
+source "$REPO_ROOT/lab/go-build.sh"
 CACHE_ROOT=${GPUOPS_CACHE:-$REPO_ROOT/.cache}/mocknvml
 RECIPE_HASH=$(sha256sum "${BASH_SOURCE[0]}" | cut -c1-8)
 OUT_DIR=$CACHE_ROOT/nvidia-${COMMIT:0:8}-$RECIPE_HASH
@@ -49,26 +51,18 @@ if complete "$OUT_DIR"; then
     exit 0
 fi
 
-command -v go >/dev/null 2>&1 || fail "go not found on PATH: NVIDIA's mock NVML is a Go c-shared library (Go 1.26 or later)"
+go_require_cgo "NVIDIA's mock NVML (a Go c-shared library)"
 command -v make >/dev/null 2>&1 || fail "make not found on PATH: the build follows upstream's Makefile"
-CC_CMD=$(go env CC)
-command -v "${CC_CMD%% *}" >/dev/null 2>&1 || fail "no C compiler for cgo (go env CC: $CC_CMD)"
-
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/gpuops-mocknvml.XXXXXX")
-trap 'chmod -R u+w "$WORK" 2>/dev/null || true; rm -rf "$WORK"' EXIT
+go_workdir mocknvml
 started=$SECONDS
 
 # --- 1. the module proxy ------------------------------------------------------------------
 from_proxy() {
-    local json dir
-    mkdir -p "$WORK/wrapper"
-    (cd "$WORK/wrapper" && go mod init gpuops.invalid/mocknvml-wrapper >/dev/null 2>&1) || return 1
-    json=$(cd "$WORK/wrapper" && go mod download -json "$MODULE@${COMMIT:0:12}" 2>"$WORK/proxy.err") || {
-        PROXY_ERROR=$(python3 -c 'import json,sys; print(json.load(sys.stdin).get("Error",""))' <<<"$json" 2>/dev/null ||
-            tail -n 1 "$WORK/proxy.err")
+    local dir
+    dir=$(go_download "$MODULE@${COMMIT:0:12}") || {
+        PROXY_ERROR=$(go_download_error)
         return 1
     }
-    dir=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])' <<<"$json")
     mkdir -p "$WORK/src"
     cp -R "$dir/." "$WORK/src/k8s-test-infra/"
     chmod -R u+w "$WORK/src"
@@ -99,7 +93,7 @@ from_tarball() {
     local tarball actual
     tarball=$(find_tarball)
     [[ -f $tarball ]] ||
-        fail "the module proxy refused $MODULE@${COMMIT:0:12} (${PROXY_ERROR:-no answer}) and the vendored copy $tarball does not exist (set GPUOPS_VENDOR_DIR to the directory holding $TARBALL)"
+        fail "the module proxy refused $MODULE@${COMMIT:0:12} ($PROXY_ERROR) and the vendored copy $tarball does not exist (set GPUOPS_VENDOR_DIR to the directory holding $TARBALL)"
     actual=$(sha256sum "$tarball" | cut -d' ' -f1)
     [[ $actual == "$TARBALL_SHA256" ]] ||
         fail "$tarball has sha256 $actual, but this build pins $TARBALL_SHA256 ($MODULE at $COMMIT): refusing to build from it"
@@ -112,7 +106,7 @@ from_tarball() {
 PROXY_ERROR=""
 log "asking the Go module proxy for $MODULE@${COMMIT:0:12}"
 if ! from_proxy; then
-    log "the proxy refused it (${PROXY_ERROR:-no answer}); building from the vendored tarball"
+    log "the proxy refused it ($PROXY_ERROR); building from the vendored tarball"
     from_tarball
 fi
 SRC=$WORK/src/k8s-test-infra/pkg/gpu
@@ -146,6 +140,7 @@ if command -v nm >/dev/null 2>&1; then
         fail "libnvidia-ml.so.$DRIVER_VERSION lacks the nvmlDeviceGetGraphicsRunningProcesses alias (upstream's linker flags not applied)"
 fi
 
+mkdir -p "$CACHE_ROOT"
 rm -rf "$OUT_DIR.tmp"
 mv "$STAGE" "$OUT_DIR.tmp"
 rm -rf "$OUT_DIR"

@@ -40,16 +40,10 @@ log() {
     echo "nvidia-device-plugin: $*" >&2
 }
 
-# One field of `go mod download -json` output on stdin, on one line.
-field() {
-    python3 -c '
-import json
-import sys
-
-doc = json.loads(sys.stdin.read() or "{}")
-print(" ".join(str(doc.get(sys.argv[1]) or "").split()))
-' "$1"
-}
+# shellcheck source=lab/go-build.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../go-build.sh"
+# A missing toolchain or module is "unavailable here" (exit 3), as below.
+fail() { unavailable "$@"; }
 
 if [[ -x $OUT_DIR/$BINARY ]]; then
     log "reusing $OUT_DIR/$BINARY"
@@ -57,35 +51,18 @@ if [[ -x $OUT_DIR/$BINARY ]]; then
     exit 0
 fi
 
-command -v python3 >/dev/null 2>&1 || unavailable "python3 not found on PATH (it reads go's JSON output)"
-command -v go >/dev/null 2>&1 || unavailable "go not found on PATH (building ${PACKAGE}@${VERSION} needs it)"
-CC_CMD=$(go env CC)
-command -v "${CC_CMD%% *}" >/dev/null 2>&1 ||
-    unavailable "no C compiler for cgo (go env CC: ${CC_CMD}); the plugin links go-nvml with cgo"
-
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/gpuops-nvidia-plugin.XXXXXX")
-# Files copied out of the module cache are read-only: make them writable to remove them.
-trap 'chmod -R u+w "$WORK" 2>/dev/null || true; rm -rf "$WORK"' EXIT
+go_require_cgo "${PACKAGE}@${VERSION} (go-nvml)"
+go_workdir nvidia-plugin
 
 # Not `go install ${PACKAGE}@${VERSION}`: that also reads the module's version list (for
 # deprecation notices), which the allowlist proxy here refuses (403) although it serves
 # the version itself. Download the version and build it in a writable copy instead: its
 # own go.mod and go.sum pin every dependency, and it has no replace directives.
 log "downloading ${MODULE}@${VERSION}"
-mkdir -p "$WORK/wrapper"
-(cd "$WORK/wrapper" && go mod init gpuops.invalid/nvidia-plugin-wrapper >/dev/null 2>&1) ||
-    broken "go mod init of the wrapper module failed in $WORK/wrapper"
-set +e
-json=$(cd "$WORK/wrapper" && go mod download -json "${MODULE}@${VERSION}" 2>"$WORK/download.err")
-rc=$?
-set -e
-error=$(field Error <<<"$json")
-if [[ $rc -ne 0 || -n $error ]]; then
-    unavailable "go mod download ${MODULE}@${VERSION} failed: ${error:-$(tail -n 1 "$WORK/download.err")}"
-fi
+module_dir=$(go_download "${MODULE}@${VERSION}") || unavailable "$(go_download_error)"
 src=$WORK/src
 mkdir -p "$src"
-cp -R "$(field Dir <<<"$json")/." "$src/"
+cp -R "$module_dir/." "$src/"
 chmod -R u+w "$src"
 
 log "building ${PACKAGE}@${VERSION} ($(go env GOVERSION); a few minutes the first time)"
