@@ -65,7 +65,7 @@ units: venv test-tree  ## ansible-test units
 	$(ANSIBLE_TEST) units --venv --python $(PYTHON_VERSION) --color no
 
 .PHONY: pytest
-pytest: venv  ## pytest: tests/functional (the ansible CLI, real libraries) and tests/daemon
+pytest: venv lab-deps  ## pytest: tests/functional (the ansible CLI, real libraries) and tests/daemon
 	@# No __pycache__ under roles/device_plugin/files: the role copies that tree to nodes.
 	PYTHONDONTWRITEBYTECODE=1 pytest
 

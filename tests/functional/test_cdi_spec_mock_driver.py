@@ -13,14 +13,15 @@ nothing.
 """
 
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, run_module
+from _nvidia_parts import generate_cdi_spec as generate
+from _nvidia_parts import install_toolkit
+from _nvidia_parts import lay_out_driver as lay_out
+from conftest import REPO
 
-TOOLKIT_VERSION = "v1.20.1"
 H100 = REPO / "lab" / "profiles" / "h100-8x-nvswitch.yaml"
 T4 = REPO / "lab" / "profiles" / "t4-1x.yaml"
 UPGRADED = "560.35.03"
@@ -30,37 +31,10 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def sh(*argv):
-    proc = subprocess.run([str(a) for a in argv], capture_output=True, text=True, check=False, timeout=3600)
-    assert proc.returncode == 0, "%s failed (%d):\n%s" % (argv[:2], proc.returncode, proc.stderr[-3000:])
-    return proc.stdout
-
-
 @pytest.fixture(scope="module")
 def toolkit(tmp_path_factory):
     """nvidia-ctk and nvidia-cdi-hook as NVIDIA's package installs them."""
-    repo = Path(sh("bash", REPO / "lab" / "toolkit" / "build.sh", TOOLKIT_VERSION).split()[-1])
-    (deb,) = repo.glob("stable/deb/*/nvidia-container-toolkit-base_%s-1_*.deb" % TOOLKIT_VERSION[1:])
-    root = tmp_path_factory.mktemp("toolkit")
-    sh("dpkg-deb", "-x", deb, root)
-    return root / "usr" / "bin"
-
-
-def lay_out(root, profile):
-    sh("bash", REPO / "lab" / "driver" / "driver-root.sh", root, profile)
-
-
-def generate(toolkit, root, spec, check=False):
-    env_file = root.parent / "cdi-refresh.env"
-    env_file.write_text(
-        "NVIDIA_CTK_DRIVER_ROOT=%s\nNVIDIA_CTK_CDI_HOOK_PATH=%s\n" % (root, toolkit / "nvidia-cdi-hook")
-    )
-    env = {
-        "LD_LIBRARY_PATH": root / "usr" / "lib" / "x86_64-linux-gnu",
-        "MOCK_NVML_CONFIG": root / "usr" / "share" / "gpuops-lab-driver" / "profile.yaml",
-    }
-    args = {"path": str(spec), "nvidia_ctk": str(toolkit / "nvidia-ctk"), "env_file": str(env_file)}
-    return run_module(args, env, module="gpuops.k8s.nvidia_cdi_spec", check=check, diff=check)
+    return install_toolkit(tmp_path_factory.mktemp("toolkit"))
 
 
 def devices(spec):
