@@ -152,8 +152,7 @@ def bench(plugin, lib_dir, options):
         LD_LIBRARY_PATH=lib_dir,
         MOCK_NVML_CONFIG=str(PROFILES / "h100-8x-nvswitch.yaml"),
         MOCK_NVML_CONTROL_DIR=control,
-        PYTHONPATH=str(ROOT / "roles" / "device_plugin" / "files"),
-        PYTHONDONTWRITEBYTECODE="1",
+        PYTHONPATH=str(ROOT / "roles" / "device_plugin" / "files" / "gpuops-device-plugin"),
     )
     kubelet = KubeletStandin(PLUGIN_DIR)
     kubelet.start()

@@ -665,8 +665,7 @@ def start_device_plugin(profile):
             "127.0.0.1:9402",
         ],
         env={
-            "PYTHONPATH": str(ROOT / "roles" / "device_plugin" / "files"),
-            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONPATH": str(ROOT / "roles" / "device_plugin" / "files" / "gpuops-device-plugin"),
             "LD_LIBRARY_PATH": lib_dir,
             "MOCK_NVML_CONFIG": str(profile_path),
             "MOCK_NVML_CONTROL_DIR": str(control),

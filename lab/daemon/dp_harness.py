@@ -17,7 +17,7 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-DAEMON_DIR = ROOT / "roles" / "device_plugin" / "files"
+DAEMON_DIR = ROOT / "roles" / "device_plugin" / "files" / "gpuops-device-plugin"
 PROFILES = ROOT / "lab" / "profiles"
 BUILD_SH = ROOT / "lab" / "mocknvml" / "build.sh"
 UNAVAILABLE = 3  # build.sh: the mock cannot be had on this machine
@@ -86,7 +86,6 @@ class Daemon:
             LD_LIBRARY_PATH=str(lib_dir),
             MOCK_NVML_CONTROL_DIR=self.control_dir,
             PYTHONUNBUFFERED="1",
-            PYTHONDONTWRITEBYTECODE="1",
         )
         if profile:
             self.env["MOCK_NVML_CONFIG"] = str(PROFILES / profile)
