@@ -154,7 +154,7 @@ def test_a_new_kubelet_socket_means_registering_again(endpoint, plugin_dir):
 
 
 def events(commands, count, timeout=5.0):
-    return [commands.get(timeout=timeout) for _ in range(count)]
+    return [commands.get(timeout=timeout) for _event in range(count)]
 
 
 def test_the_watcher_hears_the_kubelet_and_the_loss_of_our_sockets_only(plugin_dir):
