@@ -15,6 +15,7 @@ REPO = Path(os.environ["MOLECULE_PROJECT_DIRECTORY"]).parent
 SERVICE = "gpuops-device-plugin"
 VENV_PYTHON = "/opt/gpuops-device-plugin/venv/bin/python"
 COMMAND = "/opt/gpuops-device-plugin/venv/bin/gpuops-device-plugin"
+SITE_PACKAGE = "/opt/gpuops-device-plugin/venv/lib/python3.11/site-packages/gpuops_device_plugin"
 PROFILE = yaml.safe_load((REPO / "lab" / "profiles" / "h100-8x-nvswitch.yaml").read_text())
 H100_UUIDS = sorted(device["uuid"] for device in PROFILE["devices"])
 
@@ -62,15 +63,18 @@ def test_the_service_runs_the_installed_console_script(host):
 
 
 def test_the_daemon_is_a_wheel_installed_in_the_venv(host):
-    shown = host.check_output("%s -m pip show -f gpuops-device-plugin" % VENV_PYTHON)
+    shown = host.check_output("%s -m pip show gpuops-device-plugin" % VENV_PYTHON)
     assert "Name: gpuops-device-plugin" in shown
-    assert "gpuops_device_plugin/_nvml_discovery.py" in shown  # the linked module, as a file
+    assert "Version: %s" % yaml.safe_load((REPO / "galaxy.yml").read_text())["version"] in shown
     # Its dependencies are the role's pins, all present.
     host.run_expect([0], "%s -m pip check" % VENV_PYTHON)
+    # The module linked from the collection's module_utils, installed as a file.
+    shared = host.file("%s/_nvml_discovery.py" % SITE_PACKAGE)
+    assert shared.is_file
+    assert not shared.is_symlink
+    assert "def discover(" in shared.content_string
     # Compiled at install: the service cannot write bytecode under ProtectSystem=strict.
-    assert host.file(
-        "/opt/gpuops-device-plugin/venv/lib/python3.11/site-packages/gpuops_device_plugin/__pycache__"
-    ).is_directory
+    assert host.file("%s/__pycache__" % SITE_PACKAGE).is_directory
 
 
 def test_only_the_build_source_reached_the_node(host):
