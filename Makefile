@@ -65,9 +65,8 @@ units: venv test-tree  ## ansible-test units
 	$(ANSIBLE_TEST) units --venv --python $(PYTHON_VERSION) --color no
 
 .PHONY: pytest
-pytest: venv lab-deps  ## pytest: tests/functional (the ansible CLI, real libraries) and tests/daemon
-	@# No __pycache__ under roles/device_plugin/files: the role copies that tree to nodes.
-	PYTHONDONTWRITEBYTECODE=1 pytest
+pytest: venv lab-deps  ## pytest: tests/functional (the ansible CLI, real libraries), the daemon's unit tests and tests/daemon
+	pytest
 
 .PHONY: build
 build: venv  ## Build the collection tarball and install it into a clean collections path
@@ -112,7 +111,7 @@ lab-status: venv  ## The lab cluster's components and node
 
 .PHONY: integration
 integration: venv lab-cluster-deps  ## Integration tests against the lab cluster (real kubelet and API server)
-	PYTHONDONTWRITEBYTECODE=1 pytest tests/integration
+	pytest tests/integration
 
 .PHONY: bench
 bench: venv  ## Benchmarks (not tests): see bench/README.md

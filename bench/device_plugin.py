@@ -35,7 +35,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "lab" / "daemon"), str(ROOT / "roles" / "device_plugin" / "files")]
+DAEMON_PACKAGE = ROOT / "roles" / "device_plugin" / "files" / "gpuops-device-plugin"
+sys.path[:0] = [str(ROOT / "lab" / "daemon"), str(DAEMON_PACKAGE)]
 sys.dont_write_bytecode = True
 
 from dp_harness import H100_UUIDS, OVERRIDES_TTL, PROFILES, MockFaults, build_mock, short_tempdir  # noqa: E402
@@ -162,8 +163,7 @@ def bench(plugin, lib_dir, options):
         MOCK_NVML_CONFIG=str(PROFILES / "h100-8x-nvswitch.yaml"),
         MOCK_NVML_OVERRIDES=os.path.join(control, "overrides.yaml"),
         MOCK_NVML_OVERRIDES_TTL=OVERRIDES_TTL,
-        PYTHONPATH=str(ROOT / "roles" / "device_plugin" / "files"),
-        PYTHONDONTWRITEBYTECODE="1",
+        PYTHONPATH=str(DAEMON_PACKAGE),
     )
     kubelet = KubeletStandin(PLUGIN_DIR)
     kubelet.start()

@@ -691,8 +691,7 @@ def start_device_plugin(profile):
             "127.0.0.1:9402",
         ],
         env={
-            "PYTHONPATH": str(ROOT / "roles" / "device_plugin" / "files"),
-            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONPATH": str(ROOT / "roles" / "device_plugin" / "files" / "gpuops-device-plugin"),
             **node_env,
         },
     )

@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-FILES = ROOT / "roles" / "device_plugin" / "files"
+FILES = ROOT / "roles" / "device_plugin" / "files" / "gpuops-device-plugin"
 PROTO = "gpuops_device_plugin/api/api.proto"
 OUTPUTS = ("api_pb2.py", "api_pb2_grpc.py")
 HEADER = (

@@ -22,7 +22,7 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-DAEMON_DIR = ROOT / "roles" / "device_plugin" / "files"
+DAEMON_DIR = ROOT / "roles" / "device_plugin" / "files" / "gpuops-device-plugin"
 PROFILES = ROOT / "lab" / "profiles"
 BUILD_SH = ROOT / "lab" / "mocknvml" / "build.sh"
 MIG_STANDIN_SH = ROOT / "lab" / "mig-nvml-standin" / "build.sh"
@@ -142,7 +142,6 @@ class Daemon:
             MOCK_NVML_OVERRIDES=str(self.faults.path),
             MOCK_NVML_OVERRIDES_TTL=OVERRIDES_TTL,
             PYTHONUNBUFFERED="1",
-            PYTHONDONTWRITEBYTECODE="1",
         )
         if profile:
             self.env["MOCK_NVML_CONFIG"] = str(PROFILES / profile)

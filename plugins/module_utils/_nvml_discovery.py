@@ -22,7 +22,7 @@ try:
     from ansible_collections.gpuops.k8s.plugins.module_utils import _gpu_facts as facts
 except ImportError:
     # Also shipped (with _gpu_facts) inside the device plugin daemon, which runs outside
-    # Ansible: roles/device_plugin/files/gpuops_device_plugin links both files.
+    # Ansible: roles/device_plugin/files/gpuops-device-plugin links both files.
     from . import _gpu_facts as facts
 
 try:

@@ -5,7 +5,7 @@
 """The device plugin's configuration as data: NVIDIA's `version: v1` schema plus ours.
 
 Private to the gpuops.k8s collection. One reader for two users: the gpuops device plugin
-daemon (roles/device_plugin/files/gpuops_device_plugin links this file; its config.py
+daemon (roles/device_plugin/files/gpuops-device-plugin links this file; its config.py
 adds the YAML file and the command line) and gpu_info, whose labels describe what the
 plugin serves (MIG strategy, sharing). Pure: plain data and environment mappings in, a
 validated Config out; every error names the field, the value and what would be valid.

@@ -5,7 +5,7 @@
 """Which resources a node's GPUs make, and how time-slicing replicates them.
 
 Private to the gpuops.k8s collection. The gpuops device plugin daemon serves exactly what
-`offered` returns (roles/device_plugin/files/gpuops_device_plugin links this file), and
+`offered` returns (roles/device_plugin/files/gpuops-device-plugin links this file), and
 gpu_info's labels describe the same resources with the same functions, so the labels and
 the plugin cannot disagree. Pure: GPU dicts in gpu_info's shape and a Config (see
 _plugin_config) in, plain data out.

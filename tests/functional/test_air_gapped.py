@@ -74,7 +74,7 @@ def exprs(os_family):
         "pip_args": task_arg(
             "device_plugin",
             "gpuops.yml",
-            "Install the pinned dependencies into the venv",
+            "Install the pinned dependencies and the build backend into the venv",
             "ansible.builtin.pip",
             "extra_args",
         ),

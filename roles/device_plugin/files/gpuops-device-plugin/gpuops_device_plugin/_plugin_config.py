@@ -1,0 +1,1 @@
+../../../../../plugins/module_utils/_plugin_config.py

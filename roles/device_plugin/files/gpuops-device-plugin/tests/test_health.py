@@ -1,0 +1,214 @@
+# Copyright (c) gpuops.k8s contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""health on its own: HealthState, and HealthWatcher's decisions over a fake NVML and clock."""
+
+import dataclasses
+
+from fakes import Clock, FakeMetrics, gpu
+
+from gpuops_device_plugin.config import Config
+from gpuops_device_plugin.discovery import Event
+from gpuops_device_plugin.health import HealthState, HealthWatcher
+
+
+class FakeNvml:
+    """discovery.Nvml's health calls: watch, wait, probe."""
+
+    def __init__(self, events=(), unwatchable=(), down=None):
+        self.events = list(events)
+        self.unwatchable = list(unwatchable)
+        self.down = dict(down or {})  # uuid -> error text
+        self.probed = []
+
+    def watch(self, uuids):
+        return [u for u in uuids if u in self.unwatchable]
+
+    def wait(self, _timeout_ms):
+        if self.events:
+            event = self.events.pop(0)
+            if isinstance(event, Exception):
+                raise event
+            return event
+        return None
+
+    def probe(self, uuid):
+        self.probed.append(uuid)
+        return self.down.get(uuid)
+
+
+def watcher(gpus, nvml=None, config=None, **kwargs):
+    state = HealthState()
+    clock = Clock()
+    metrics = FakeMetrics()
+    config = config or Config()
+    watch = HealthWatcher(nvml or FakeNvml(), gpus, state, config, metrics=metrics, clock=clock, **kwargs)
+    return watch, state, clock, metrics
+
+
+def xid(number, uuid="GPU-0", instance=None):
+    return Event(uuid, "xid", number, instance)
+
+
+# HealthState
+
+
+def test_mark_reports_only_what_changed_and_listeners_hear_only_changes():
+    state = HealthState()
+    heard = []
+    state.subscribe(lambda: heard.append(state.unhealthy()))
+    assert state.mark(["a", "b"], False, "XID 79") == ["a", "b"]
+    assert state.mark(["a"], False, "again") == []  # already unhealthy: no news
+    assert heard == [{"a": "XID 79", "b": "XID 79"}]
+    assert state.mark(["a", "c"], True, "recovered") == ["a"]  # c was never unhealthy
+    assert not state.healthy("b")
+    assert state.healthy("a")
+    assert state.healthy("c")
+    assert len(heard) == 2
+
+
+def test_an_unsubscribed_listener_hears_nothing():
+    state = HealthState()
+    heard = []
+    unsubscribe = state.subscribe(lambda: heard.append(1))
+    unsubscribe()
+    unsubscribe()  # twice is harmless
+    state.mark(["a"], False, "x")
+    assert heard == []
+
+
+def test_a_listener_may_read_the_state_it_is_told_about():
+    # Listeners run outside the lock: one that reads the state must not deadlock.
+    state = HealthState()
+    seen = []
+    state.subscribe(lambda: seen.append(state.healthy("a")))
+    state.mark(["a"], False, "x")
+    assert seen == [False]
+
+
+# HealthWatcher: events
+
+
+def test_a_critical_xid_makes_its_gpu_unhealthy_and_is_counted():
+    watch, state, _clock, metrics = watcher([gpu(0), gpu(1)])
+    watch.on_event(xid(79))
+    assert state.unhealthy() == {"GPU-0": "XID 79 on GPU GPU-0"}
+    assert metrics.health_events == [("xid", "79", "unhealthy")]
+
+
+def test_an_ignored_xid_changes_nothing_but_is_counted():
+    watch, state, _clock, metrics = watcher([gpu(0)], config=Config(ignored_xids=frozenset({13})))
+    watch.on_event(xid(13))
+    assert state.unhealthy() == {}
+    assert metrics.health_events == [("xid", "13", "ignored")]
+
+
+def test_a_double_bit_ecc_error_is_never_ignored():
+    watch, state, _clock, metrics = watcher([gpu(0)], config=Config(ignored_xids=frozenset({48})))
+    watch.on_event(Event("GPU-0", "ecc_double_bit", None, None))
+    assert state.unhealthy() == {"GPU-0": "double-bit ECC error on GPU GPU-0"}
+    assert metrics.health_events == [("ecc_double_bit", "", "unhealthy")]
+
+
+def test_an_event_on_a_mig_instance_takes_only_that_mig_device():
+    watch, state, _clock, _metrics = watcher([gpu(0, migs=(1, 2))])
+    watch.on_event(xid(79, instance=2))
+    assert sorted(state.unhealthy()) == ["MIG-0-1"]
+
+
+def test_an_event_on_a_whole_mig_gpu_takes_the_gpu_and_all_its_mig_devices():
+    watch, state, _clock, _metrics = watcher([gpu(0, migs=(1, 2))])
+    watch.on_event(xid(79))
+    assert sorted(state.unhealthy()) == ["GPU-0", "MIG-0-0", "MIG-0-1"]
+
+
+def test_an_event_from_a_gpu_that_no_longer_answers_takes_every_gpu():
+    # NVML could not say whose event it was (uuid None): nothing can be trusted.
+    watch, state, _clock, _metrics = watcher([gpu(0), gpu(1)])
+    watch.on_event(Event(None, "xid", 79, None))
+    assert state.unhealthy() == {"GPU-0": "XID 79 on GPU unknown", "GPU-1": "XID 79 on GPU unknown"}
+
+
+# HealthWatcher: probes and recovery
+
+
+def test_a_gpu_that_does_not_answer_is_unhealthy_and_counted_once():
+    nvml = FakeNvml(down={"GPU-1": "GPU is lost"})
+    watch, state, _clock, metrics = watcher([gpu(0), gpu(1)], nvml)
+    watch.probe_all()
+    watch.probe_all()
+    assert state.unhealthy() == {"GPU-1": "GPU GPU-1 does not answer: GPU is lost"}
+    assert metrics.health_events == [("lost", "", "unhealthy")]
+    assert nvml.probed == ["GPU-0", "GPU-1", "GPU-0", "GPU-1"]
+
+
+def test_a_gpu_recovers_only_after_the_quiet_period_without_faults():
+    config = Config(recovery_quiet_seconds=30.0)
+    watch, state, clock, metrics = watcher([gpu(0, migs=(1,))], config=config)
+    watch.on_event(xid(79))
+    clock.now += 29.9
+    watch.probe_all()
+    assert not state.healthy("GPU-0")
+    clock.now += 0.1
+    watch.probe_all()
+    assert state.unhealthy() == {}  # the GPU and its MIG device
+    assert metrics.health_events[-1] == ("recovery", "", "healthy")
+
+
+def test_a_new_fault_restarts_the_quiet_period():
+    config = Config(recovery_quiet_seconds=30.0)
+    watch, state, clock, _metrics = watcher([gpu(0)], config=config)
+    watch.on_event(xid(79))
+    clock.now += 20
+    watch.on_event(xid(94))
+    clock.now += 20  # 40 s after the first fault, 20 s after the last
+    watch.probe_all()
+    assert not state.healthy("GPU-0")
+
+
+def test_without_recovery_an_unhealthy_gpu_stays_unhealthy():
+    config = Config(recovery_enabled=False, recovery_quiet_seconds=1.0)
+    watch, state, clock, _metrics = watcher([gpu(0)], config=config)
+    watch.on_event(xid(79))
+    clock.now += 3600
+    watch.probe_all()
+    assert not state.healthy("GPU-0")
+
+
+def test_a_lost_gpu_that_answers_again_recovers():
+    nvml = FakeNvml(down={"GPU-0": "GPU is lost"})
+    watch, state, clock, _metrics = watcher([gpu(0)], nvml, config=Config(recovery_quiet_seconds=5.0))
+    watch.probe_all()
+    assert not state.healthy("GPU-0")
+    del nvml.down["GPU-0"]
+    clock.now += 5
+    watch.probe_all()
+    assert state.healthy("GPU-0")
+
+
+# HealthWatcher: the thread
+
+
+def test_run_handles_events_and_stops_when_asked():
+    config = dataclasses.replace(Config(), probe_interval_seconds=3600.0)
+
+    class StopAfterEvents(FakeNvml):
+        def wait(self, timeout_ms):
+            event = super().wait(timeout_ms)
+            if not self.events:
+                watch.stopping.set()
+            return event
+
+    nvml = StopAfterEvents(events=[xid(79), xid(13)], unwatchable=["GPU-1"])
+    watch, state, _clock, metrics = watcher([gpu(0), gpu(1)], nvml, config=config)
+    watch.run()
+    assert state.unhealthy() == {"GPU-0": "XID 79 on GPU GPU-0"}
+    assert metrics.health_events == [("xid", "79", "unhealthy"), ("xid", "13", "ignored")]
+    assert nvml.probed == ["GPU-0", "GPU-1"]  # one probe at start, the next an hour away
+
+
+def test_a_failing_watcher_marks_every_device_unhealthy():
+    nvml = FakeNvml(events=[RuntimeError("NVML went away")])
+    watch, state, _clock, _metrics = watcher([gpu(0, migs=(1,)), gpu(1)], nvml)
+    watch.run()
+    assert state.unhealthy() == dict.fromkeys(["GPU-0", "MIG-0-0", "GPU-1"], "health watcher failed")

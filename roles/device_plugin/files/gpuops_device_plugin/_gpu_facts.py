@@ -1,1 +1,0 @@
-../../../../plugins/module_utils/_gpu_facts.py

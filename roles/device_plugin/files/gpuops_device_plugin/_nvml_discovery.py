@@ -1,1 +1,0 @@
-../../../../plugins/module_utils/_nvml_discovery.py

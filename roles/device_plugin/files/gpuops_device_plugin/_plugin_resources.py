@@ -1,1 +1,0 @@
-../../../../plugins/module_utils/_plugin_resources.py
