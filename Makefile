@@ -28,7 +28,7 @@ site: lab-up  ## Run the main job (playbooks/site.yml) against the local lab (br
 
 .PHONY: test
 test: venv  ## Run every gate and test suite (what CI runs)
-	@bash scripts/run-gates.sh lint ansible-lint sanity units pytest integration build ee molecule
+	@bash scripts/run-gates.sh lint ansible-lint sanity units matrix pytest integration build ee molecule
 
 .PHONY: lint
 lint: venv  ## ruff lint and format check; docs/variables.md up to date with the roles' specs
@@ -63,6 +63,10 @@ sanity: venv test-tree  ## ansible-test sanity (no ignore entries)
 .PHONY: units
 units: venv test-tree  ## ansible-test units
 	$(ANSIBLE_TEST) units --venv --python $(PYTHON_VERSION) --color no
+
+.PHONY: matrix
+matrix: venv  ## ansible-test sanity and units on every other supported ansible-core line (MATRIX_LINES="2.17 ...")
+	python scripts/ansible-matrix.py $(MATRIX_LINES)
 
 .PHONY: pytest
 pytest: venv  ## pytest: tests/functional (the ansible CLI, real libraries) and tests/daemon
