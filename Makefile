@@ -64,6 +64,10 @@ sanity: venv test-tree  ## ansible-test sanity (no ignore entries)
 units: venv test-tree  ## ansible-test units
 	$(ANSIBLE_TEST) units --venv --python $(PYTHON_VERSION) --color no
 
+.PHONY: matrix
+matrix: venv  ## ansible-test sanity and units on every other supported ansible-core line (MATRIX_LINES="2.17 ...")
+	python scripts/ansible-matrix.py $(MATRIX_LINES)
+
 .PHONY: pytest
 pytest: venv lab-deps  ## pytest: tests/functional (the ansible CLI, real libraries), the daemon's unit tests and tests/daemon
 	pytest

@@ -5,7 +5,8 @@
 #     (requirements/collections.txt), plus this repo linked in as gpuops.k8s, under
 #     .build/collections so ANSIBLE_COLLECTIONS_PATH finds everything;
 #  3. ansible-test's pip bootstrap script, which it would otherwise download from a host
-#     that is unreachable here: a stand-in that runs pip from a PyPI wheel.
+#     that is unreachable here: a stand-in that runs pip from a PyPI wheel
+#     (scripts/ansible-test-pip.sh, also used by scripts/ansible-matrix.py).
 # Every step is skipped when its inputs have not changed, so re-running costs ~0.1 s.
 set -euo pipefail
 
@@ -63,37 +64,6 @@ PY
 fi
 ln -sfn "$repo" "$collections/ansible_collections/gpuops/k8s"
 
-# 3. ansible-test's pip bootstrap (pip version from ansible-test's get_venv_packages)
-pip_version=$("$venv/bin/python" - <<'PY'
-from ansible_test._internal.python_requirements import get_venv_packages
-from ansible_test._internal.config import PythonConfig  # noqa: F401  (import check only)
-import inspect, re
-src = inspect.getsource(get_venv_packages)
-print(re.search(r"pip='([0-9.]+)'", src).group(1))
-PY
-)
-get_pip=$HOME/.ansible/test/cache/get_pip_${pip_version//./_}.py
-if ! grep -q 'gpuops.k8s' "$get_pip" 2>/dev/null; then
-  mkdir -p "$cache/wheels" "$(dirname "$get_pip")"
-  pip_wheel=$(ls "$cache"/wheels/pip-"$pip_version"-*.whl 2>/dev/null | head -n 1 || true)
-  if [ -z "$pip_wheel" ]; then
-    "$venv/bin/python" -m pip download -q --disable-pip-version-check --no-deps -d "$cache/wheels" "pip==$pip_version"
-    pip_wheel=$(ls "$cache"/wheels/pip-"$pip_version"-*.whl | head -n 1)
-  fi
-  cp "$pip_wheel" "$(dirname "$get_pip")/"
-  cat >"$get_pip" <<PY
-# Offline stand-in for get-pip.py, written by gpuops.k8s scripts/bootstrap.sh.
-# ansible-test runs this to put pip into the venvs it makes; the real script lives on a
-# host that is unreachable here, so run pip from its PyPI wheel instead.
-import os
-import sys
-
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "$(basename "$pip_wheel")"))
-from pip._internal.cli.main import main  # noqa: E402
-
-# get-pip.py takes pip-install arguments plus options of its own that pip does not know.
-args = [a for a in sys.argv[1:] if a not in ("--no-setuptools", "--no-wheel")]
-sys.exit(main(["install"] + args))
-PY
-fi
+# 3. ansible-test's pip bootstrap
+bash "$repo/scripts/ansible-test-pip.sh" "$venv/bin/python"
 log "ready: venv $venv, collections $collections"

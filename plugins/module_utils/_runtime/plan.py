@@ -12,6 +12,13 @@ tomlkit), the container_runtime role's drift guard, and through the module the d
 plan() reads through a reader (NodeFiles: the node's files) and writes nothing; apply()
 writes a plan's changes through the caller's io (AnsibleModule's atomic_move and
 backup_local, or the guard's own).
+
+The package (its __init__.py stays empty: ansible-core 2.17's empty-init sanity test):
+calls go one way, downwards: plan -> containerd, crio, docker (the per-engine edits) ->
+tables (edits on plain data) -> toml_edit (the difference applied to the user's text) ->
+toml_text (reading, lexing, rendering) -> errors. Nothing here does I/O at import; only
+plan reads files. The drift guard (roles/container_runtime/files/gpuops_runtime_guard/
+_runtime) links these files.
 """
 
 from __future__ import absolute_import, division, print_function

@@ -1,0 +1,208 @@
+# Copyright (c) gpuops.k8s contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""ansible-test sanity and units on each supported ansible-core line (`make matrix`).
+
+One table, LINES: each line's ansible-core pin and the controller Python it runs on. Per
+line: a venv under .cache/ansible-matrix/<line>-py<python> with that ansible-core (made
+once, kept while the pin is unchanged), a copy of the collection under
+.build/matrix/<line>/ (`make test-tree`), then `ansible-test sanity` (every test, no
+ignore file) and `ansible-test units`, both in ansible-test's own venvs from that Python.
+The newest line's sanity also runs the multi-version tests (compile, import) on the
+Pythons of the managed nodes we support (NODE_PYTHONS).
+
+The dev line (requirements/dev.txt) is the `sanity` and `units` gates' own, so it is
+listed but not run again here. Every line runs even after one fails; the summary names
+each failed line and the exit status is 1.
+
+Usage: python scripts/ansible-matrix.py [LINE ...]   (default: every line but the dev one)
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+CACHE = Path(os.environ.get("GPUOPS_CACHE", REPO / ".cache")) / "ansible-matrix"
+BUILD = REPO / ".build" / "matrix"
+
+# line, ansible-core pin, controller Python (one the line supports as controller:
+# 2.17 3.10-3.12, 2.18 and 2.19 3.11-3.13, 2.20 and 2.21 3.12-3.14). 2.17 runs on 3.12,
+# not 3.10: without tomllib (< 3.11) the runtime property tests read TOML with tomlkit
+# 0.11, and units ran 5 minutes under load without finishing; 3.10 is a node Python below.
+LINES = [
+    ("2.17", "2.17.14", "3.12"),
+    ("2.18", "2.18.19", "3.11"),
+    ("2.19", "2.19.14", "3.11"),  # the dev line: `make sanity units`
+    ("2.20", "2.20.10", "3.12"),
+    ("2.21", "2.21.5", "3.13"),
+]
+DEV_LINE = "2.19"
+# The managed nodes' Python: modules and module_utils must compile and import there.
+NODE_PYTHONS = [("3.9", "RHEL 9"), ("3.10", "Ubuntu 22.04"), ("3.11", "Debian 12")]
+
+
+def say(line, text):
+    print(f"matrix {line}: {text}", flush=True)
+
+
+def interpreter(version):
+    """The path of a real (non-venv) Python X.Y: pyenv's, else one on PATH."""
+    root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
+    found = sorted(glob.glob(str(root / "versions" / f"{version}.*" / "bin" / f"python{version}")))
+    candidates = [*found[-1:], shutil.which(f"python{version}") or ""]
+    for path in candidates:
+        if path and subprocess.run([path, "-c", ""], capture_output=True, check=False).returncode == 0:
+            return path
+    sys.exit(f"matrix: no Python {version} found (pyenv or python{version} on PATH)")
+
+
+def run(line, cmd, cwd=None, env=None):
+    """Run cmd with its output prefixed by the line and the seconds since it started."""
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
+    )
+    for text in proc.stdout:
+        print(f"[{line} {time.monotonic() - start:4.0f}s] {text}", end="", flush=True)
+    return proc.wait() == 0
+
+
+def ensure_venv(line, core, python):
+    """The line's venv with ansible-core==core; made again only when the pin changes."""
+    venv = CACHE / f"{line}-py{python}"
+    stamp = venv / ".gpuops-stamp"
+    want = f"ansible-core=={core}"
+    if not (stamp.is_file() and stamp.read_text().strip() == want):
+        say(line, f"creating {venv.relative_to(CACHE.parent)} with {want}")
+        shutil.rmtree(venv, ignore_errors=True)
+        subprocess.run([interpreter(python), "-m", "venv", str(venv)], check=True)
+        subprocess.run(
+            [str(venv / "bin/python"), "-m", "pip", "install", "-q", "--disable-pip-version-check", want],
+            check=True,
+        )
+        stamp.write_text(want + "\n")
+    # ansible-test's pip bootstrap for the pip version this line pins (offline stand-in).
+    subprocess.run(["bash", str(REPO / "scripts/ansible-test-pip.sh"), str(venv / "bin/python")], check=True)
+    return venv
+
+
+def make_tree(line):
+    """A fresh copy of the collection for this line, keeping ansible-test's delegation
+    venvs (tests/output/.tmp/delegation: the units requirements) from the last run."""
+    tree = BUILD / line / "ansible_collections/gpuops/k8s"
+    keep = tree / "tests/output/.tmp/delegation"
+    kept = BUILD / line / "delegation"
+    if keep.is_dir():
+        shutil.rmtree(kept, ignore_errors=True)
+        keep.rename(kept)
+    subprocess.run(
+        ["make", "--no-print-directory", "-C", str(REPO), "test-tree", f"TEST_TREE={tree}"], check=True
+    )
+    if kept.is_dir():
+        keep.parent.mkdir(parents=True, exist_ok=True)
+        kept.rename(keep)
+    return tree
+
+
+def run_line(line, core, python, newest):
+    times = {}
+    start = time.monotonic()
+    venv = ensure_venv(line, core, python)
+    tree = make_tree(line)
+    times["setup"] = time.monotonic() - start
+    # Sanity: the controller in a venv of the line's Python; the multi-version tests
+    # (compile, import) on each target Python, run directly (import makes its own venvs).
+    pythons = [python]
+    if newest:
+        pythons += [version for version, _os in NODE_PYTHONS if version != python]
+    # ansible-test looks some of them up again as pythonX.Y on PATH (the import test's
+    # venvs), where pyenv's shims refuse versions that are not global: links to them first.
+    links = CACHE / "bin"
+    links.mkdir(parents=True, exist_ok=True)
+    for version in pythons:
+        link = links / f"python{version}"
+        if not link.exists():  # missing, or dangling after a Python moved
+            link.unlink(missing_ok=True)
+            link.symlink_to(interpreter(version))
+    env = dict(os.environ, PATH=f"{venv / 'bin'}:{links}:{os.environ['PATH']}")
+    env.pop("VIRTUAL_ENV", None)
+    test = [str(venv / "bin/ansible-test")]
+    targets = []
+    for version in pythons:
+        targets += ["--target-python", f"{version}@{interpreter(version)}"]
+    controller = ["--controller", f"origin:python=venv/{python}@{interpreter(python)}"]
+    on = ", ".join(pythons)
+    say(line, f"sanity (ansible-core {core}, controller Python {python}; compile and import on {on})")
+    start = time.monotonic()
+    ok_sanity = run(line, [*test, "sanity", "--color", "no", *controller, *targets], cwd=tree, env=env)
+    times["sanity"] = time.monotonic() - start
+
+    # Units, as `make units`: pythonX.Y is the line's venv (first on PATH).
+    say(line, f"units (ansible-core {core}, Python {python})")
+    start = time.monotonic()
+    ok_units = run(line, [*test, "units", "--color", "no", "--venv", "--python", python], cwd=tree, env=env)
+    times["units"] = time.monotonic() - start
+    failed = [name for name, ok in (("sanity", ok_sanity), ("units", ok_units)) if not ok]
+    return failed, times
+
+
+def main():
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "lines", nargs="*", metavar="LINE", help="lines to run (default: all but the dev line)"
+    )
+    parser.add_argument("--list", action="store_true", help="print the table and exit")
+    args = parser.parse_args()
+    table = {line: (core, python) for line, core, python in LINES}
+    if args.list:
+        for line, core, python in LINES:
+            note = "  (dev line: make sanity units)" if line == DEV_LINE else ""
+            print(f"{line}  ansible-core {core}  Python {python}{note}")
+        print(
+            "node Pythons (compile, import on %s): %s"
+            % (LINES[-1][0], ", ".join(f"{v} ({name})" for v, name in NODE_PYTHONS))
+        )
+        return 0
+    unknown = [line for line in args.lines if line not in table]
+    if unknown:
+        parser.error(f"unknown line(s) {', '.join(unknown)}; known: {', '.join(table)}")
+    chosen = args.lines or [entry[0] for entry in LINES if entry[0] != DEV_LINE]
+
+    results = []
+    for line in chosen:
+        core, python = table[line]
+        failed, times = run_line(line, core, python, newest=line == LINES[-1][0])
+        results.append((line, core, python, failed, times))
+
+    print("\n===== ansible-core matrix =====")
+    print(f"  {'line':5} {'ansible-core':12} {'python':6} {'setup':>6} {'sanity':>7} {'units':>6}  result")
+    for line, core, python, failed, times in results:
+        result = "ok" if not failed else "FAILED: " + ", ".join(failed)
+        print(
+            f"  {line:5} {core:12} {python:6} {times['setup']:5.0f}s {times['sanity']:6.0f}s "
+            f"{times['units']:5.0f}s  {result}"
+        )
+    if DEV_LINE not in chosen:
+        core, python = table[DEV_LINE]
+        print(f"  {DEV_LINE:5} {core:12} {python:6} (the dev line: run by `make sanity units`)")
+    bad = [entry[0] for entry in results if entry[3]]
+    if bad:
+        print(f"matrix FAILED on ansible-core {', '.join(bad)}")
+        return 1
+    print("matrix ok")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
