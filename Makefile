@@ -105,13 +105,19 @@ lab-cluster-deps: lab-deps
 lab-up: venv lab-cluster-deps  ## Start the lab's single-node Kubernetes, with our device plugin on mock GPUs
 	python lab/cluster.py up --device-plugin gpuops
 
+.PHONY: lab-nodes
+lab-nodes: lab-up  ## Start the lab's Kubernetes nodes (systemd podman nodes with containerd and a kubelet; LAB_NODES=2)
+	python lab/nodes.py up
+
 .PHONY: lab-down
-lab-down: venv  ## Stop the lab cluster (LAB_PURGE=1 also deletes its state)
+lab-down: venv  ## Stop the lab's nodes and cluster (LAB_PURGE=1 also deletes its state)
+	python lab/nodes.py down
 	python lab/cluster.py down $(if $(LAB_PURGE),--purge)
 
 .PHONY: lab-status
-lab-status: venv  ## The lab cluster's components and node
+lab-status: venv  ## The lab cluster's components and nodes
 	python lab/cluster.py status
+	python lab/nodes.py status
 
 .PHONY: integration
 integration: venv lab-cluster-deps  ## Integration tests against the lab cluster (real kubelet and API server)

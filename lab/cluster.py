@@ -92,11 +92,11 @@ def run(argv, **kwargs):
         ) from exc
 
 
-def script_output(script):
+def script_output(script, *args):
     """Last lines of a lab build script's stdout (the scripts print their results). Its
     stderr, the progress of builds that take minutes, goes straight to ours."""
     # Not capture_output with stderr=None: subprocess.run then captures stderr as well.
-    proc = run(["bash", str(script)], capture_output=False, stdout=subprocess.PIPE, timeout=3600)
+    proc = run(["bash", str(script), *args], capture_output=False, stdout=subprocess.PIPE, timeout=3600)
     return proc.stdout.strip().splitlines()
 
 
@@ -121,8 +121,8 @@ def binaries():
 # --- certificates and kubeconfigs -----------------------------------------------------
 
 
-def _write_key_and_cert(stem, key, cert):
-    key_path = PKI / ("%s.key" % stem)
+def _write_key_and_cert(stem, key, cert, directory=PKI):
+    key_path = directory / ("%s.key" % stem)
     key_path.write_bytes(
         key.private_bytes(
             serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
@@ -130,7 +130,43 @@ def _write_key_and_cert(stem, key, cert):
     )
     key_path.chmod(0o600)
     if cert is not None:
-        (PKI / ("%s.crt" % stem)).write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        (directory / ("%s.crt" % stem)).write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+
+
+def _name(cn, org=None):
+    attrs = [x509.NameAttribute(NameOID.COMMON_NAME, cn)]
+    if org:
+        attrs.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, org))
+    return x509.Name(attrs)
+
+
+def issue_certificate(directory, stem, cn, org=None, *, server=False, dns=(), ips=(), ca=None):
+    """A key and a certificate signed by the lab's CA (ca: key and certificate, else read
+    from PKI), written as <stem>.key and <stem>.crt in directory."""
+    if ca is None:
+        ca = (
+            serialization.load_pem_private_key((PKI / "ca.key").read_bytes(), None),
+            x509.load_pem_x509_certificate((PKI / "ca.crt").read_bytes()),
+        )
+    ca_key, ca_cert = ca
+    now = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(minutes=5)
+    key = ec.generate_private_key(ec.SECP256R1())
+    usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(_name(cn, org))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(now + datetime.timedelta(days=3650))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+    )
+    if server:
+        sans = [x509.DNSName(d) for d in dns] + [x509.IPAddress(ipaddress.ip_address(i)) for i in ips]
+        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+    _write_key_and_cert(stem, key, builder.sign(ca_key, hashes.SHA256()), directory)
 
 
 def make_pki():
@@ -141,17 +177,11 @@ def make_pki():
     now = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(minutes=5)
     until = now + datetime.timedelta(days=3650)
 
-    def name(cn, org=None):
-        attrs = [x509.NameAttribute(NameOID.COMMON_NAME, cn)]
-        if org:
-            attrs.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, org))
-        return x509.Name(attrs)
-
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_cert = (
         x509.CertificateBuilder()
-        .subject_name(name("gpuops-lab-ca"))
-        .issuer_name(name("gpuops-lab-ca"))
+        .subject_name(_name("gpuops-lab-ca"))
+        .issuer_name(_name("gpuops-lab-ca"))
         .public_key(ca_key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now)
@@ -165,27 +195,7 @@ def make_pki():
     _write_key_and_cert("ca", ca_key, ca_cert)
 
     def issue(stem, cn, org=None, *, server=False, dns=(), ips=()):
-        key = ec.generate_private_key(ec.SECP256R1())
-        builder = (
-            x509.CertificateBuilder()
-            .subject_name(name(cn, org))
-            .issuer_name(ca_cert.subject)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now)
-            .not_valid_after(until)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(
-                x509.ExtendedKeyUsage(
-                    [ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH]
-                ),
-                critical=False,
-            )
-        )
-        if server:
-            sans = [x509.DNSName(d) for d in dns] + [x509.IPAddress(ipaddress.ip_address(i)) for i in ips]
-            builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        _write_key_and_cert(stem, key, builder.sign(ca_key, hashes.SHA256()))
+        issue_certificate(PKI, stem, cn, org, server=server, dns=dns, ips=ips, ca=(ca_key, ca_cert))
 
     service_ip = str(next(ipaddress.ip_network(SERVICE_CIDR).hosts()))
     issue(
@@ -217,9 +227,20 @@ def make_pki():
     (PKI / ".complete").write_text("")
 
 
-def write_kubeconfig(path, user, cert_stem):
+def write_kubeconfig(path, user, cert_stem, *, pki=PKI, server=None, tls_server_name=None):
+    """A kubeconfig with the certificate embedded. server: the API server's URL as this
+    client reaches it; tls_server_name: the name to check its certificate against when that
+    URL's address is not in it (the lab's nodes reach it through their network's gateway)."""
+
     def b64(file):
-        return base64.b64encode((PKI / file).read_bytes()).decode()
+        return base64.b64encode(file.read_bytes()).decode()
+
+    cluster = {
+        "server": server or "https://127.0.0.1:%d" % API_PORT,
+        "certificate-authority-data": b64(PKI / "ca.crt"),
+    }
+    if tls_server_name:
+        cluster["tls-server-name"] = tls_server_name
 
     config = {
         "apiVersion": "v1",
@@ -227,18 +248,15 @@ def write_kubeconfig(path, user, cert_stem):
         "clusters": [
             {
                 "name": "gpuops-lab",
-                "cluster": {
-                    "server": "https://127.0.0.1:%d" % API_PORT,
-                    "certificate-authority-data": b64("ca.crt"),
-                },
+                "cluster": cluster,
             }
         ],
         "users": [
             {
                 "name": user,
                 "user": {
-                    "client-certificate-data": b64("%s.crt" % cert_stem),
-                    "client-key-data": b64("%s.key" % cert_stem),
+                    "client-certificate-data": b64(pki / ("%s.crt" % cert_stem)),
+                    "client-key-data": b64(pki / ("%s.key" % cert_stem)),
                 },
             }
         ],
@@ -369,8 +387,8 @@ def gpu_allocatable(bins):
     return int(out.stdout or 0)
 
 
-def node_ready(bins):
-    out = kubectl(bins, "get", "node", NODE_NAME, "-o", "json", check=False)
+def node_ready(bins, name=NODE_NAME):
+    out = kubectl(bins, "get", "node", name, "-o", "json", check=False)
     if out.returncode != 0:
         return False
     conditions = json.loads(out.stdout)["status"].get("conditions", [])
@@ -516,7 +534,9 @@ def import_images(bins):
     # Always: importing an archive already there is quick, and a rebuilt one replaces it.
     for line in script_output(LAB / "kube" / "images.sh"):
         name, archive = line.split()
-        ctr(bins, "images", "import", "--index-name", name, archive)
+        # Named by the archive's own tag: --index-name makes ctr write an index that
+        # containerd's garbage collector can take before the import ends.
+        ctr(bins, "images", "import", archive)
         log("imported %s" % name)
 
 
@@ -557,7 +577,9 @@ def up(args):
         [
             bins["kube-apiserver"],
             "--etcd-servers=http://127.0.0.1:%d" % ETCD_PORT,
-            "--bind-address=127.0.0.1",
+            # Every address: the lab's kubelet nodes (lab/nodes.py) reach it through their
+            # podman network's gateway. Every request still needs a client certificate.
+            "--bind-address=0.0.0.0",
             "--advertise-address=%s" % NODE_IP,
             "--secure-port=%d" % API_PORT,
             "--service-cluster-ip-range=%s" % service_ip_range,

@@ -5,7 +5,8 @@
 # NVIDIA's mock libnvidia-ml.so.<driver> and libcuda.so.<driver> (+ .so.1) where the
 # driver's libraries go, the mock NVML profile its GPUs read
 # (lab/profiles/h100-8x-nvswitch.yaml reporting that driver) at
-# /usr/share/gpuops-lab-driver/profile.yaml, and, made by its postinst with mknod as NVIDIA's
+# /usr/share/gpuops-lab-driver/profile.yaml (linked from /usr/config/config.yaml, where the
+# mock finds it without MOCK_NVML_CONFIG), and, made by its postinst with mknod as NVIDIA's
 # mock deployment does, /dev/nvidia0..7 (195/i), /dev/nvidiactl (195/255) and
 # /dev/nvidia-uvm(-tools) (510/0-1), removed again by its postrm (lab/driver/driver-root.sh
 # lays the files out). Use it as: deb [trusted=yes] file:OUT_DIR ./

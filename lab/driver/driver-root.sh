@@ -7,6 +7,10 @@
 #   ROOT/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.<driver>  NVIDIA's mock NVML (+ .so.1)
 #   ROOT/usr/lib/x86_64-linux-gnu/libcuda.so.<driver>       NVIDIA's mock CUDA (+ .so.1)
 #   ROOT/usr/share/gpuops-lab-driver/profile.yaml           PROFILE, the GPUs they report
+#   ROOT/usr/config/config.yaml -> ../share/gpuops-lab-driver/profile.yaml
+#       where NVIDIA's mock looks for its profile when MOCK_NVML_CONFIG is unset (two
+#       levels above the directory it was loaded from), so every NVML user on the node
+#       (nvidia-ctk, NVIDIA's nvidia-cdi-refresh, the device plugin) sees these GPUs
 #   ROOT/dev/nvidia0..N-1 (c 195 i), nvidiactl (c 195 255),
 #   ROOT/dev/nvidia-uvm (c 510 0), nvidia-uvm-tools (c 510 1)
 #
@@ -45,6 +49,8 @@ for name in libnvidia-ml libcuda; do
     ln -sfn "$name.so.$version" "$lib/$name.so.1"
 done
 cp "$profile" "$root/usr/share/gpuops-lab-driver/profile.yaml"
+mkdir -p "$root/usr/config"
+ln -sfn ../share/gpuops-lab-driver/profile.yaml "$root/usr/config/config.yaml"
 
 if [[ -z $devices ]]; then
     mkdir -p "$root/dev"

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# The lab cluster's two images, built here because no registry can be reached:
+# The lab cluster's images, built here because no registry can be reached:
 #   localhost/gpuops-lab/pause:3.10.1  Kubernetes' own pause.c (from the k8s.io/kubernetes
 #                                       module the binaries come from), static;
 #   localhost/gpuops-lab/tools:1       Debian's static busybox, for test pods.
+#   localhost/gpuops-lab/nvml-query:1  the lab node image's Debian python3 with NVIDIA's
+#                                       nvidia-ml-py, running lab/kube/nvml-query.py: what
+#                                       a container sees of the GPUs, for GPU proofs in pods.
 # Prints "NAME ARCHIVE" per image (docker-archive tarballs for `ctr images import`).
 # Cached under $GPUOPS_LAB_CACHE (default ~/.cache/gpuops-lab).
 set -euo pipefail
@@ -10,10 +13,12 @@ here="$(cd "$(dirname "$0")" && pwd)"
 cache="${GPUOPS_LAB_CACHE:-$HOME/.cache/gpuops-lab}"
 export CONTAINERS_CONF="${CONTAINERS_CONF:-$here/../containers.conf}"
 kube_version="$(awk '$1 == "k8s.io/kubernetes" {print $2; exit}' "$here/go.mod")"
-key="$(cat "$0" | sha256sum | cut -c1-12)"
+nvml_py=13.615.71  # nvidia-ml-py, as requirements/dev.txt pins it
+key="$(cat "$0" "$here/nvml-query.py" | sha256sum | cut -c1-12)"
 out="$cache/images-$kube_version-$key"
 pause=localhost/gpuops-lab/pause:3.10.1
 tools=localhost/gpuops-lab/tools:1
+query=localhost/gpuops-lab/nvml-query:1
 
 if [[ ! -f "$out/.complete" ]]; then
   rm -rf "$out" && mkdir -p "$out"
@@ -33,7 +38,21 @@ if [[ ! -f "$out/.complete" ]]; then
   for applet in sh env cat grep ls sleep echo true; do ln -s busybox "$work/tools/bin/$applet"; done
   tar -C "$work/tools" -c . | podman import --change 'CMD ["/bin/sh"]' - "$tools" >&2
   podman save --format docker-archive -o "$out/tools.tar" "$tools" >&2
+
+  base=$(bash "$here/../node-image.sh" bookworm | tail -n1)
+  python3 -m pip download -q --no-deps -d "$work/wheel" "nvidia-ml-py==$nvml_py" >&2
+  builder=gpuops-lab-nvml-query-build
+  podman rm -f "$builder" >/dev/null 2>&1 || true
+  podman create --name "$builder" "$base" >/dev/null
+  # A wheel of pure Python imports as it is (zipimport): no pip in the image.
+  podman cp "$work"/wheel/nvidia_ml_py-*.whl "$builder:/opt/nvidia_ml_py.whl"
+  podman cp "$here/nvml-query.py" "$builder:/opt/nvml-query.py"
+  podman commit --change 'ENV PYTHONPATH=/opt/nvidia_ml_py.whl' --change 'ENTRYPOINT []' \
+    --change 'CMD ["python3", "/opt/nvml-query.py"]' "$builder" "$query" >&2
+  podman rm -f "$builder" >/dev/null
+  podman save --format docker-archive -o "$out/nvml-query.tar" "$query" >&2
   touch "$out/.complete"
 fi
 echo "$pause $out/pause.tar"
 echo "$tools $out/tools.tar"
+echo "$query $out/nvml-query.tar"

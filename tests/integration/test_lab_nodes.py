@@ -1,0 +1,289 @@
+# Copyright (c) gpuops.k8s contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The lab's Kubernetes nodes (lab/nodes.py): systemd podman nodes whose own containerd and
+kubelet join the lab's control plane, reached over SSH as a non-root user with become."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+NODES = ROOT / "lab" / "nodes.py"
+VENV_BIN = Path(sys.executable).parent
+INVENTORY = Path(os.environ.get("GPUOPS_LAB_STATE", "/var/lib/gpuops-lab")) / "nodes" / "hosts.yml"
+# What each of the two default nodes is: its OS and its distribution's containerd line.
+EXPECTED = {
+    "gpuops-node-1": ("10.252.1.11", "Debian GNU/Linux 12 (bookworm)", "containerd://1.6."),
+    "gpuops-node-2": ("10.252.1.12", "Debian GNU/Linux 13 (trixie)", "containerd://1.7."),
+}
+
+
+def nodes_cli(*args):
+    return subprocess.run(
+        [sys.executable, str(NODES), *args], capture_output=True, text=True, check=False, timeout=1800
+    )
+
+
+@pytest.fixture(scope="module")
+def nodes(lab):
+    proc = nodes_cli("up", "--count", "2")
+    assert proc.returncode == 0, "lab/nodes.py up failed:\n%s" % proc.stderr[-6000:]
+    yield lab
+    # The other tests' lab has one node: leave it so.
+    proc = nodes_cli("down")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+
+
+def ansible_env():
+    """The environment a user's shell would give Ansible: none of this session's own."""
+    own = ("ANSIBLE_", "MOCK_NVML", "LD_LIBRARY_PATH")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(own)}
+    env.update(
+        ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".build" / "collections"),
+        ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
+        ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
+    )
+    return env
+
+
+def json_output(proc, what):
+    try:
+        return json.loads(proc.stdout)["plays"]
+    except ValueError as exc:
+        raise AssertionError("no JSON from %s (rc %d):\n%s" % (what, proc.returncode, proc.stderr)) from exc
+
+
+def ansible(*args):
+    proc = subprocess.run(
+        [str(VENV_BIN / "ansible"), "-i", str(INVENTORY), "gpuops_lab_nodes", *args],
+        capture_output=True,
+        text=True,
+        env=ansible_env(),
+        check=False,
+        timeout=300,
+    )
+    plays = json_output(proc, "ansible")
+    return proc.returncode, plays[0]["tasks"][0]["hosts"]
+
+
+def test_nodes_are_ready_with_their_own_containerd(nodes):
+    for name, (ip, os_image, runtime) in EXPECTED.items():
+        node = nodes.get("node", name)
+        ready = [c for c in node["status"]["conditions"] if c["type"] == "Ready"]
+        assert ready[0]["status"] == "True", (name, ready)
+        info = node["status"]["nodeInfo"]
+        assert info["osImage"] == os_image
+        assert info["containerRuntimeVersion"].startswith(runtime), info["containerRuntimeVersion"]
+        addresses = {a["type"]: a["address"] for a in node["status"]["addresses"]}
+        assert addresses["InternalIP"] == ip
+        # Nothing of NVIDIA's yet: no GPUs until gpuops's roles run there.
+        assert "nvidia.com/gpu" not in node["status"]["allocatable"]
+
+
+def test_the_scheduler_places_a_pod_on_each_node_and_its_log_comes_back(nodes):
+    for name in EXPECTED:
+        pod = "lab-node-probe-%s" % name.rsplit("-", 1)[1]
+        manifest = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": pod},
+            "spec": {
+                "restartPolicy": "Never",
+                "nodeSelector": {"kubernetes.io/hostname": name},
+                "containers": [
+                    {
+                        "name": "probe",
+                        "image": "localhost/gpuops-lab/tools:1",
+                        "imagePullPolicy": "Never",
+                        "command": ["sh", "-c", 'echo "on $NODE"'],
+                        "env": [{"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
+                    }
+                ],
+            },
+        }
+        nodes.kubectl("delete", "pod", pod, "--ignore-not-found", "--wait=true")
+        nodes.kubectl("apply", "-f", "-", stdin=json.dumps(manifest))
+        try:
+            nodes.wait(
+                "pod %s Succeeded" % pod,
+                lambda p=pod: nodes.get("pod", p)["status"].get("phase") in ("Succeeded", "Failed"),
+                120,
+            )
+            status = nodes.get("pod", pod)["status"]
+            assert status["phase"] == "Succeeded", status
+            # The log travels API server -> this node's kubelet (its serving certificate).
+            assert nodes.kubectl("logs", pod).stdout.strip() == "on %s" % name
+        finally:
+            nodes.kubectl("delete", "pod", pod, "--ignore-not-found", "--wait=false")
+
+
+def test_ansible_reaches_each_node_over_ssh_as_a_user_who_becomes_root(nodes):
+    rc, hosts = ansible("-m", "ansible.builtin.command", "-a", "id -u")
+    assert rc == 0, hosts
+    assert {name: result["stdout"] for name, result in hosts.items()} == dict.fromkeys(EXPECTED, "0")
+    rc, hosts = ansible("-m", "ansible.builtin.command", "-a", "id -un", "-e", "ansible_become=false")
+    assert rc == 0, hosts
+    assert {name: result["stdout"] for name, result in hosts.items()} == dict.fromkeys(EXPECTED, "gpuops")
+
+
+def test_nodes_start_with_nothing_of_nvidias(nodes):
+    script = (
+        "dpkg-query -W -f '${Package}\\n' | grep -i nvidia; "
+        "grep -il nvidia /etc/containerd/config.toml; "
+        "ls /etc/cdi /var/run/cdi /usr/bin/nvidia-* 2>/dev/null; true"
+    )
+    rc, hosts = ansible("-m", "ansible.builtin.shell", "-a", script)
+    assert rc == 0, hosts
+    assert {name: result["stdout"] for name, result in hosts.items()} == dict.fromkeys(EXPECTED, "")
+
+
+def test_up_again_keeps_the_running_nodes(nodes):
+    started = {name: nodes.get("node", name)["metadata"]["uid"] for name in EXPECTED}
+    proc = nodes_cli("up", "--count", "2")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    for name in EXPECTED:
+        assert "%s already up" % name in proc.stderr
+        # The same Node object: not deleted and registered again.
+        assert nodes.get("node", name)["metadata"]["uid"] == started[name]
+
+
+# --- a GPU node's software from the fleet's mirror, and a GPU inside a pod ----------------
+
+H100 = ROOT / "lab" / "profiles" / "h100-8x-nvswitch.yaml"
+
+
+def playbook_changes(name):
+    """ansible-playbook -i INVENTORY playbooks/NAME: {host: its changed tasks' names}."""
+    playbook = Path(__file__).parent / "playbooks" / name
+    proc = subprocess.run(
+        [str(VENV_BIN / "ansible-playbook"), "-i", str(INVENTORY), str(playbook)],
+        capture_output=True,
+        text=True,
+        env=ansible_env(),
+        check=False,
+        timeout=900,
+    )
+    plays = json_output(proc, "ansible-playbook")
+    changed = {name: [] for name in EXPECTED}
+    failed = {}
+    for play in plays:
+        for task in play["tasks"]:
+            for host, result in task["hosts"].items():
+                if result.get("changed"):
+                    changed[host].append(task["task"]["name"])
+                if result.get("failed") or result.get("unreachable"):
+                    failed.setdefault(host, []).append((task["task"]["name"], result.get("msg")))
+    assert proc.returncode == 0 and not failed, (proc.returncode, failed, proc.stderr[-2000:])
+    return changed
+
+
+@pytest.fixture(scope="module")
+def gpu_nodes(nodes):
+    """Both nodes with the driver package, the toolkit and the nvidia runtime, converged."""
+    first = playbook_changes("lab_nodes_gpu.yml")
+    second = playbook_changes("lab_nodes_gpu.yml")
+    nodes.kubectl("apply", "-f", "-", stdin=json.dumps(RUNTIME_CLASSES))
+    yield {"first": first, "second": second}
+    nodes.kubectl("delete", "runtimeclass", "gpuops-lab-runc", "--ignore-not-found")
+
+
+RUNTIME_CLASSES = {
+    "apiVersion": "v1",
+    "kind": "List",
+    "items": [
+        # cluster_addons makes the nvidia one on a real cluster; runc is the control.
+        {
+            "apiVersion": "node.k8s.io/v1",
+            "kind": "RuntimeClass",
+            "metadata": {"name": name},
+            "handler": handler,
+        }
+        for name, handler in (("nvidia", "nvidia"), ("gpuops-lab-runc", "runc"))
+    ],
+}
+
+
+def nvml_query_pod(nodes, node, runtime_class, visible=None):
+    """The lab's nvml-query image in a pod on NODE: its JSON answer."""
+    pod = "nvml-query-%s" % node.rsplit("-", 1)[1]
+    container = {
+        "name": "query",
+        "image": "localhost/gpuops-lab/nvml-query:1",
+        "imagePullPolicy": "Never",
+        # NVIDIA's mock finds its profile beside the library NVIDIA's runtime injects.
+        "volumeMounts": [{"name": "profile", "mountPath": "/usr/config/config.yaml", "readOnly": True}],
+    }
+    if visible is not None:
+        container["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": visible}]
+    manifest = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": pod},
+        "spec": {
+            "restartPolicy": "Never",
+            "runtimeClassName": runtime_class,
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "containers": [container],
+            "volumes": [
+                {
+                    "name": "profile",
+                    "hostPath": {"path": "/usr/share/gpuops-lab-driver/profile.yaml", "type": "File"},
+                }
+            ],
+        },
+    }
+    nodes.kubectl("delete", "pod", pod, "--ignore-not-found", "--wait=true")
+    nodes.kubectl("apply", "-f", "-", stdin=json.dumps(manifest))
+    try:
+        nodes.wait(
+            "pod %s to finish" % pod,
+            lambda: nodes.get("pod", pod)["status"].get("phase") in ("Succeeded", "Failed"),
+            120,
+        )
+        status = nodes.get("pod", pod)["status"]
+        assert status["phase"] == "Succeeded", status
+        return json.loads(nodes.kubectl("logs", pod).stdout.strip().splitlines()[-1])
+    finally:
+        nodes.kubectl("delete", "pod", pod, "--ignore-not-found", "--wait=false")
+
+
+def h100_uuids():
+    return [device["uuid"] for device in yaml.safe_load(H100.read_text())["devices"]]
+
+
+def test_gpu_software_converges_and_a_second_run_changes_nothing(gpu_nodes):
+    for name in EXPECTED:
+        assert "Install the driver" in gpu_nodes["first"][name]
+    assert gpu_nodes["second"] == {name: [] for name in EXPECTED}
+
+
+@pytest.mark.parametrize("node", list(EXPECTED))
+def test_a_pod_through_the_nvidia_runtime_sees_exactly_the_gpu_it_asked_for(nodes, gpu_nodes, node):
+    uuid = h100_uuids()[1]
+    seen = nvml_query_pod(nodes, node, "nvidia", visible=uuid)
+    assert seen == {
+        "dev": ["nvidia-uvm", "nvidia-uvm-tools", "nvidia1", "nvidiactl"],
+        "uuids": [uuid],
+        "driver": "550.163.01",
+    }
+
+
+@pytest.mark.parametrize("node", list(EXPECTED))
+def test_a_pod_that_asks_for_no_gpu_sees_none(nodes, gpu_nodes, node):
+    seen = nvml_query_pod(nodes, node, "nvidia")
+    assert seen["dev"] == [] and "uuids" not in seen, seen
+
+
+@pytest.mark.parametrize("node", list(EXPECTED))
+def test_the_same_pod_on_plain_runc_sees_no_gpu(nodes, gpu_nodes, node):
+    # The control: without NVIDIA's runtime nothing injects the GPU or its driver.
+    seen = nvml_query_pod(nodes, node, "gpuops-lab-runc", visible=h100_uuids()[1])
+    assert seen["dev"] == [] and "uuids" not in seen, seen
