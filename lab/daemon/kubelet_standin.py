@@ -8,7 +8,9 @@ manager does: serve Registration on <dir>/kubelet.sock; on Register, dial the pl
 endpoint back (10 s timeout), call GetDevicePluginOptions, check it matches the options
 sent in Register, answer, then follow ListAndWatch (every message replaces the device
 list). restart() does what a new kubelet does: delete every socket in the directory (no
-other file) and create kubelet.sock again.
+other file) and create kubelet.sock again; a Register still answering is let finish
+first (REGISTER_GRACE), as it would be by a kubelet restarted seconds later rather than
+milliseconds after accepting it.
 """
 
 from __future__ import annotations
@@ -24,6 +26,11 @@ import grpc
 from gpuops_device_plugin.api import api_pb2, api_pb2_grpc
 
 KUBELET_SOCKET = "kubelet.sock"
+# How long restart() lets a Register in flight finish: the handler dials the plugin back
+# (10 s) and asks its options (10 s). Cancelling it instead fails the plugin's Register
+# after the stand-in has counted it: NVIDIA's plugin (v0.19.1) then arms a 30 s restart
+# timer that no later successful registration disarms, and restarts 30 s on, mid-run.
+REGISTER_GRACE = 20.0
 
 
 class PluginClient:
@@ -159,9 +166,10 @@ class KubeletStandin:
                 self.registered.wait(remaining)
             return self.clients[resource]
 
-    def stop(self):
+    def stop(self, grace=0):
+        """Stop serving; Register calls still running get `grace` seconds, then are cancelled."""
         if self.server is not None:
-            self.server.stop(grace=0).wait()
+            self.server.stop(grace=grace).wait()
             self.server = None
         for client in self.clients.values():
             client.close()
@@ -169,7 +177,7 @@ class KubeletStandin:
 
     def restart(self):
         """What a kubelet restart looks like to plugins: sockets deleted, kubelet.sock re-created."""
-        self.stop()
+        self.stop(grace=REGISTER_GRACE)
         for name in os.listdir(self.plugin_dir):
             path = os.path.join(self.plugin_dir, name)
             if stat.S_ISSOCK(os.lstat(path).st_mode):
