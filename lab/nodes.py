@@ -374,6 +374,9 @@ def start_node(node, image, wanted):
         "/var/lib/containerd:rw,mode=0755,size=4g",
         "--tmpfs",
         "/var/lib/kubelet:rw,mode=0755,size=1g",
+        # dockerd's too, on a node where the fleet runs Docker beside the kubelet.
+        "--tmpfs",
+        "/var/lib/docker:rw,mode=0710,size=4g",
         image,
     )
 

@@ -19,11 +19,15 @@ ROOT = Path(__file__).resolve().parents[2]
 NODES = ROOT / "lab" / "nodes.py"
 VENV_BIN = Path(sys.executable).parent
 INVENTORY = Path(os.environ.get("GPUOPS_LAB_STATE", "/var/lib/gpuops-lab")) / "nodes" / "hosts.yml"
-# What each of the two default nodes is: its OS and its distribution's containerd line.
+# What each node is: its OS and its distribution's containerd line. Three nodes: the
+# third is where the fleet also runs Docker (the GPU proof through dockerd).
 EXPECTED = {
     "gpuops-node-1": ("10.252.1.11", "Debian GNU/Linux 12 (bookworm)", "containerd://1.6."),
     "gpuops-node-2": ("10.252.1.12", "Debian GNU/Linux 13 (trixie)", "containerd://1.7."),
+    "gpuops-node-3": ("10.252.1.13", "Debian GNU/Linux 12 (bookworm)", "containerd://1.6."),
 }
+CONTAINERD_NODES = ["gpuops-node-1", "gpuops-node-2"]
+DOCKER_NODE = "gpuops-node-3"
 
 
 def nodes_cli(*args):
@@ -34,7 +38,7 @@ def nodes_cli(*args):
 
 @pytest.fixture(scope="module")
 def nodes(lab):
-    proc = nodes_cli("up", "--count", "2")
+    proc = nodes_cli("up", "--count", str(len(EXPECTED)))
     assert proc.returncode == 0, "lab/nodes.py up failed:\n%s" % proc.stderr[-6000:]
     yield lab
     # The other tests' lab has one node: leave it so.
@@ -147,7 +151,7 @@ def test_nodes_start_with_nothing_of_nvidias(nodes):
 
 def test_up_again_keeps_the_running_nodes(nodes):
     started = {name: nodes.get("node", name)["metadata"]["uid"] for name in EXPECTED}
-    proc = nodes_cli("up", "--count", "2")
+    proc = nodes_cli("up", "--count", str(len(EXPECTED)))
     assert proc.returncode == 0, proc.stderr[-4000:]
     for name in EXPECTED:
         assert "%s already up" % name in proc.stderr
@@ -160,11 +164,18 @@ def test_up_again_keeps_the_running_nodes(nodes):
 H100 = ROOT / "lab" / "profiles" / "h100-8x-nvswitch.yaml"
 
 
-def playbook_changes(name):
+def playbook_changes(name, extra_vars):
     """ansible-playbook -i INVENTORY playbooks/NAME: {host: its changed tasks' names}."""
     playbook = Path(__file__).parent / "playbooks" / name
     proc = subprocess.run(
-        [str(VENV_BIN / "ansible-playbook"), "-i", str(INVENTORY), str(playbook)],
+        [
+            str(VENV_BIN / "ansible-playbook"),
+            "-i",
+            str(INVENTORY),
+            str(playbook),
+            "-e",
+            json.dumps(extra_vars),
+        ],
         capture_output=True,
         text=True,
         env=ansible_env(),
@@ -188,8 +199,9 @@ def playbook_changes(name):
 @pytest.fixture(scope="module")
 def gpu_nodes(nodes):
     """Both nodes with the driver package, the toolkit and the nvidia runtime, converged."""
-    first = playbook_changes("lab_nodes_gpu.yml")
-    second = playbook_changes("lab_nodes_gpu.yml")
+    extra_vars = {"lab_docker_nodes": [DOCKER_NODE]}
+    first = playbook_changes("lab_nodes_gpu.yml", extra_vars)
+    second = playbook_changes("lab_nodes_gpu.yml", extra_vars)
     nodes.kubectl("apply", "-f", "-", stdin=json.dumps(RUNTIME_CLASSES))
     yield {"first": first, "second": second}
     nodes.kubectl("delete", "runtimeclass", "gpuops-lab-runc", "--ignore-not-found")
@@ -265,7 +277,7 @@ def test_gpu_software_converges_and_a_second_run_changes_nothing(gpu_nodes):
     assert gpu_nodes["second"] == {name: [] for name in EXPECTED}
 
 
-@pytest.mark.parametrize("node", list(EXPECTED))
+@pytest.mark.parametrize("node", CONTAINERD_NODES)
 def test_a_pod_through_the_nvidia_runtime_sees_exactly_the_gpu_it_asked_for(nodes, gpu_nodes, node):
     uuid = h100_uuids()[1]
     seen = nvml_query_pod(nodes, node, "nvidia", visible=uuid)
@@ -276,14 +288,47 @@ def test_a_pod_through_the_nvidia_runtime_sees_exactly_the_gpu_it_asked_for(node
     }
 
 
-@pytest.mark.parametrize("node", list(EXPECTED))
+@pytest.mark.parametrize("node", CONTAINERD_NODES)
 def test_a_pod_that_asks_for_no_gpu_sees_none(nodes, gpu_nodes, node):
     seen = nvml_query_pod(nodes, node, "nvidia")
     assert seen["dev"] == [] and "uuids" not in seen, seen
 
 
-@pytest.mark.parametrize("node", list(EXPECTED))
+@pytest.mark.parametrize("node", CONTAINERD_NODES)
 def test_the_same_pod_on_plain_runc_sees_no_gpu(nodes, gpu_nodes, node):
     # The control: without NVIDIA's runtime nothing injects the GPU or its driver.
     seen = nvml_query_pod(nodes, node, "gpuops-lab-runc", visible=h100_uuids()[1])
+    assert seen["dev"] == [] and "uuids" not in seen, seen
+
+
+def docker_query(runtime, visible=None):
+    """The nvml-query image run by dockerd on DOCKER_NODE with RUNTIME: its JSON answer."""
+    argv = ["docker", "run", "--rm", "--runtime", runtime]
+    if visible is not None:
+        argv += ["--env", "NVIDIA_VISIBLE_DEVICES=%s" % visible]
+    argv += [
+        "--volume",
+        "/usr/share/gpuops-lab-driver/profile.yaml:/usr/config/config.yaml:ro",
+        "localhost/gpuops-lab/nvml-query:1",
+    ]
+    rc, hosts = ansible(
+        "--limit", DOCKER_NODE, "-m", "ansible.builtin.command", "-a", json.dumps({"argv": argv})
+    )
+    assert rc == 0, hosts
+    return json.loads(hosts[DOCKER_NODE]["stdout"].splitlines()[-1])
+
+
+def test_docker_through_the_nvidia_runtime_gives_exactly_the_gpu_asked_for(gpu_nodes):
+    uuid = h100_uuids()[1]
+    assert docker_query("nvidia", visible=uuid) == {
+        "dev": ["nvidia-uvm", "nvidia-uvm-tools", "nvidia1", "nvidiactl"],
+        "uuids": [uuid],
+        "driver": "550.163.01",
+    }
+    seen = docker_query("nvidia")
+    assert seen["dev"] == [] and "uuids" not in seen, seen
+
+
+def test_docker_on_plain_runc_gives_no_gpu(gpu_nodes):
+    seen = docker_query("runc", visible=h100_uuids()[1])
     assert seen["dev"] == [] and "uuids" not in seen, seen
