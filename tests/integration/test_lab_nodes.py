@@ -28,6 +28,8 @@ EXPECTED = {
 }
 CONTAINERD_NODES = ["gpuops-node-1", "gpuops-node-2"]
 DOCKER_NODE = "gpuops-node-3"
+# Where gpuops's device plugin serves the kubelet (its wheelhouse is for Debian 12's Python).
+DAEMON_NODE = "gpuops-node-1"
 
 
 def nodes_cli(*args):
@@ -199,7 +201,7 @@ def playbook_changes(name, extra_vars):
 @pytest.fixture(scope="module")
 def gpu_nodes(nodes):
     """Both nodes with the driver package, the toolkit and the nvidia runtime, converged."""
-    extra_vars = {"lab_docker_nodes": [DOCKER_NODE]}
+    extra_vars = {"lab_docker_nodes": [DOCKER_NODE], "lab_daemon_nodes": [DAEMON_NODE]}
     first = playbook_changes("lab_nodes_gpu.yml", extra_vars)
     second = playbook_changes("lab_nodes_gpu.yml", extra_vars)
     nodes.kubectl("apply", "-f", "-", stdin=json.dumps(RUNTIME_CLASSES))
@@ -332,3 +334,81 @@ def test_docker_through_the_nvidia_runtime_gives_exactly_the_gpu_asked_for(gpu_n
 def test_docker_on_plain_runc_gives_no_gpu(gpu_nodes):
     seen = docker_query("runc", visible=h100_uuids()[1])
     assert seen["dev"] == [] and "uuids" not in seen, seen
+
+
+def kubelet_assignments(node):
+    """{pod UID: [device IDs]} for nvidia.com/gpu, from the kubelet's device manager
+    checkpoint on NODE (what the kubelet gave each pod)."""
+    rc, hosts = ansible(
+        "--limit",
+        node,
+        "-m",
+        "ansible.builtin.command",
+        "-a",
+        "cat /var/lib/kubelet/device-plugins/kubelet_internal_checkpoint",
+    )
+    assert rc == 0, hosts
+    entries = json.loads(hosts[node]["stdout"])["Data"]["PodDeviceEntries"] or []
+    assigned = {}
+    for entry in entries:
+        if entry["ResourceName"] == "nvidia.com/gpu":
+            for ids in entry["DeviceIDs"].values():
+                assigned.setdefault(entry["PodUID"], []).extend(ids)
+    return assigned
+
+
+def test_the_daemon_serves_the_real_kubelet_and_a_pod_sees_exactly_its_gpus(nodes, gpu_nodes):
+    allocatable = nodes.wait(
+        "nvidia.com/gpu allocatable on %s" % DAEMON_NODE,
+        lambda: nodes.get("node", DAEMON_NODE)["status"]["allocatable"].get("nvidia.com/gpu"),
+        60,
+    )
+    assert allocatable == "8"
+    pod = "gpu-pair"
+    manifest = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": pod},
+        "spec": {
+            "restartPolicy": "Never",
+            "runtimeClassName": "nvidia",
+            # The lab's own node has GPUs too (lab/cluster.py's plugin).
+            "nodeSelector": {"kubernetes.io/hostname": DAEMON_NODE},
+            "containers": [
+                {
+                    "name": "query",
+                    "image": "localhost/gpuops-lab/nvml-query:1",
+                    "imagePullPolicy": "Never",
+                    "resources": {"limits": {"nvidia.com/gpu": 2}},
+                    "volumeMounts": [
+                        {"name": "profile", "mountPath": "/usr/config/config.yaml", "readOnly": True}
+                    ],
+                }
+            ],
+            "volumes": [
+                {
+                    "name": "profile",
+                    "hostPath": {"path": "/usr/share/gpuops-lab-driver/profile.yaml", "type": "File"},
+                }
+            ],
+        },
+    }
+    nodes.kubectl("delete", "pod", pod, "--ignore-not-found", "--wait=true")
+    nodes.kubectl("apply", "-f", "-", stdin=json.dumps(manifest))
+    try:
+        nodes.wait(
+            "pod %s to finish" % pod,
+            lambda: nodes.get("pod", pod)["status"].get("phase") in ("Succeeded", "Failed"),
+            120,
+        )
+        status = nodes.get("pod", pod)
+        assert status["status"]["phase"] == "Succeeded", status["status"]
+        assert status["spec"]["nodeName"] == DAEMON_NODE
+        seen = json.loads(nodes.kubectl("logs", pod).stdout.strip().splitlines()[-1])
+        assigned = kubelet_assignments(DAEMON_NODE)[status["metadata"]["uid"]]
+        # What NVML lists inside the container is exactly what the kubelet assigned.
+        assert len(assigned) == 2
+        assert sorted(seen["uuids"]) == sorted(assigned), (seen, assigned)
+        assert len(seen["dev"]) == 2 + 3  # two GPUs, nvidiactl, nvidia-uvm, nvidia-uvm-tools
+    finally:
+        nodes.kubectl("delete", "pod", pod, "--ignore-not-found", "--wait=false")
