@@ -330,7 +330,8 @@ def stamp(node, image_id, bins, images):
     images imported at join (their archives' paths carry their build's hash)."""
     digest = hashlib.sha256()
     kubelet = str(os.stat(bins["kubelet"]).st_mtime_ns)
-    for part in (image_id, Path(__file__).read_bytes(), kubelet, node.name, *(a for _, a in images)):
+    archives = [archive for _name, archive in images]
+    for part in (image_id, Path(__file__).read_bytes(), kubelet, node.name, *archives):
         digest.update(part if isinstance(part, bytes) else part.encode())
     return digest.hexdigest()[:16]
 
@@ -343,7 +344,7 @@ def container_stamp(node):
         node.name,
         check=False,
     )
-    label, _, running = out.stdout.strip().rpartition(" ")
+    label, _sep, running = out.stdout.strip().rpartition(" ")
     return label if out.returncode == 0 and running == "true" else None
 
 
@@ -393,7 +394,7 @@ def join(node, bins, images, public_key):
     script = ["systemctl restart containerd"]
     # ctr answers once containerd serves its socket; an import before that loses content.
     script.append("for i in $(seq 100); do ctr version >/dev/null 2>&1 && break; sleep 0.2; done")
-    for name, _ in images:
+    for name, _archive in images:
         # No --index-name: ctr 1.6 and 1.7 then write an index of their own that their
         # garbage collector can take before the import ends ("content digest sha256:...:
         # not found"). The archive's own tag names the image.
