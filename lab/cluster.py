@@ -398,6 +398,45 @@ def node_ready(bins, name=NODE_NAME):
 # --- up ------------------------------------------------------------------------------
 
 
+def kubelet_configuration(
+    *, ca_file, cert_file, key_file, containerd_socket, cgroup_driver, max_pods, **more
+):
+    """The lab's KubeletConfiguration: the host's kubelet's and its nodes' (lab/nodes.py)."""
+    return {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "readOnlyPort": 0,
+        "authentication": {
+            "anonymous": {"enabled": False},
+            "webhook": {"enabled": True},
+            "x509": {"clientCAFile": str(ca_file)},
+        },
+        "authorization": {"mode": "Webhook"},
+        "tlsCertFile": str(cert_file),
+        "tlsPrivateKeyFile": str(key_file),
+        "containerRuntimeEndpoint": "unix://%s" % containerd_socket,
+        "cgroupDriver": cgroup_driver,
+        # The host is cgroup v1 (hybrid): allowed explicitly (the kubelet is in maintenance
+        # mode on v1).
+        "failCgroupV1": False,
+        "failSwapOn": False,
+        "resolvConf": "",
+        "makeIPTablesUtilChains": False,
+        # A lab on a shared disk: never evict or garbage-collect the imported images.
+        "evictionHard": {
+            "memory.available": "100Mi",
+            "nodefs.available": "1%",
+            "imagefs.available": "1%",
+            "nodefs.inodesFree": "1%",
+        },
+        "imageGCHighThresholdPercent": 100,
+        "imageGCLowThresholdPercent": 99,
+        "maxPods": max_pods,
+        "serializeImagePulls": False,
+        **more,
+    }
+
+
 def write_configs():
     (STATE_DIR / "cni").mkdir(parents=True, exist_ok=True)
     (STATE_DIR / "cni" / "10-gpuops-lab.conflist").write_text(
@@ -452,43 +491,20 @@ def write_configs():
         )
     )
     declare_nvidia_runtime(containerd_toml)
-    kubelet_config = {
-        "apiVersion": "kubelet.config.k8s.io/v1beta1",
-        "kind": "KubeletConfiguration",
-        "address": NODE_IP,
-        "port": KUBELET_PORT,
-        "readOnlyPort": 0,
-        "healthzBindAddress": "127.0.0.1",
-        "healthzPort": 10248,
-        "authentication": {
-            "anonymous": {"enabled": False},
-            "webhook": {"enabled": True},
-            "x509": {"clientCAFile": str(PKI / "ca.crt")},
-        },
-        "authorization": {"mode": "Webhook"},
-        "tlsCertFile": str(PKI / "kubelet.crt"),
-        "tlsPrivateKeyFile": str(PKI / "kubelet.key"),
-        "containerRuntimeEndpoint": "unix://%s" % CONTAINERD_SOCK,
-        # No systemd here (PID 1 is not an init), and the host is cgroup v1 (hybrid):
-        # cgroupfs, and v1 allowed explicitly (the kubelet is in maintenance mode on v1).
-        "cgroupDriver": "cgroupfs",
-        "failCgroupV1": False,
-        "failSwapOn": False,
-        "resolvConf": "",
-        "makeIPTablesUtilChains": False,
-        # A lab on a shared disk: never evict or garbage-collect the imported images.
-        "evictionHard": {
-            "memory.available": "100Mi",
-            "nodefs.available": "1%",
-            "imagefs.available": "1%",
-            "nodefs.inodesFree": "1%",
-        },
-        "imageGCHighThresholdPercent": 100,
-        "imageGCLowThresholdPercent": 99,
-        "maxPods": 32,
-        "registerNode": True,
-        "serializeImagePulls": False,
-    }
+    kubelet_config = kubelet_configuration(
+        ca_file=PKI / "ca.crt",
+        cert_file=PKI / "kubelet.crt",
+        key_file=PKI / "kubelet.key",
+        containerd_socket=CONTAINERD_SOCK,
+        # No systemd here (PID 1 is not an init): cgroupfs.
+        cgroup_driver="cgroupfs",
+        max_pods=32,
+        address=NODE_IP,
+        port=KUBELET_PORT,
+        healthzBindAddress="127.0.0.1",
+        healthzPort=10248,
+        registerNode=True,
+    )
     (STATE_DIR / "kubelet.yaml").write_text(json.dumps(kubelet_config, indent=2))
     write_kubeconfig(ADMIN_KUBECONFIG, "gpuops-lab-admin", "admin")
     write_kubeconfig(

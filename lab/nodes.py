@@ -143,37 +143,14 @@ def cni_config(node):
 
 
 def kubelet_config():
-    return {
-        "apiVersion": "kubelet.config.k8s.io/v1beta1",
-        "kind": "KubeletConfiguration",
-        "readOnlyPort": 0,
-        "authentication": {
-            "anonymous": {"enabled": False},
-            "webhook": {"enabled": True},
-            "x509": {"clientCAFile": "/etc/kubernetes/pki/ca.crt"},
-        },
-        "authorization": {"mode": "Webhook"},
-        "tlsCertFile": "/etc/kubernetes/pki/kubelet-serving.crt",
-        "tlsPrivateKeyFile": "/etc/kubernetes/pki/kubelet-serving.key",
-        "containerRuntimeEndpoint": "unix://%s" % CONTAINERD_SOCK,
-        "cgroupDriver": CGROUP_DRIVER,
-        # The host is cgroup v1 (hybrid); the kubelet wants it allowed explicitly.
-        "failCgroupV1": False,
-        "failSwapOn": False,
-        "resolvConf": "",
-        "makeIPTablesUtilChains": False,
-        # Nodes share the host's disk: never evict or garbage-collect the imported images.
-        "evictionHard": {
-            "memory.available": "100Mi",
-            "nodefs.available": "1%",
-            "imagefs.available": "1%",
-            "nodefs.inodesFree": "1%",
-        },
-        "imageGCHighThresholdPercent": 100,
-        "imageGCLowThresholdPercent": 99,
-        "maxPods": 16,
-        "serializeImagePulls": False,
-    }
+    return cluster.kubelet_configuration(
+        ca_file="/etc/kubernetes/pki/ca.crt",
+        cert_file="/etc/kubernetes/pki/kubelet-serving.crt",
+        key_file="/etc/kubernetes/pki/kubelet-serving.key",
+        containerd_socket=CONTAINERD_SOCK,
+        cgroup_driver=CGROUP_DRIVER,
+        max_pods=16,
+    )
 
 
 def kubelet_unit(node):

@@ -60,23 +60,24 @@ def ansible_env():
     return env
 
 
-def json_output(proc, what):
-    try:
-        return json.loads(proc.stdout)["plays"]
-    except ValueError as exc:
-        raise AssertionError("no JSON from %s (rc %d):\n%s" % (what, proc.returncode, proc.stderr)) from exc
-
-
-def ansible(*args):
+def run_ansible(tool, *args, timeout=300):
+    """ansible or ansible-playbook -i INVENTORY ARGS: the process and its plays (JSON)."""
     proc = subprocess.run(
-        [str(VENV_BIN / "ansible"), "-i", str(INVENTORY), "gpuops_lab_nodes", *args],
+        [str(VENV_BIN / tool), "-i", str(INVENTORY), *args],
         capture_output=True,
         text=True,
         env=ansible_env(),
         check=False,
-        timeout=300,
+        timeout=timeout,
     )
-    plays = json_output(proc, "ansible")
+    try:
+        return proc, json.loads(proc.stdout)["plays"]
+    except ValueError as exc:
+        raise AssertionError("no JSON from %s (rc %d):\n%s" % (tool, proc.returncode, proc.stderr)) from exc
+
+
+def ansible(*args):
+    proc, plays = run_ansible("ansible", "gpuops_lab_nodes", *args)
     return proc.returncode, plays[0]["tasks"][0]["hosts"]
 
 
@@ -94,41 +95,46 @@ def test_nodes_are_ready_with_their_own_containerd(nodes):
         assert "nvidia.com/gpu" not in node["status"]["allocatable"]
 
 
+def run_pod(nodes, name, node, container, *, runtime_class=None, volumes=()):
+    """A one-container pod on NODE (by the scheduler, through its hostname label), run to
+    completion; the Pod as it ended and the last line of its log. It is deleted after."""
+    spec = {
+        "restartPolicy": "Never",
+        "nodeSelector": {"kubernetes.io/hostname": node},
+        "containers": [container],
+        "volumes": list(volumes),
+    }
+    if runtime_class:
+        spec["runtimeClassName"] = runtime_class
+    manifest = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+    nodes.kubectl("delete", "pod", name, "--ignore-not-found", "--wait=true")
+    nodes.kubectl("apply", "-f", "-", stdin=json.dumps(manifest))
+    try:
+        nodes.wait(
+            "pod %s to finish" % name,
+            lambda: nodes.get("pod", name)["status"].get("phase") in ("Succeeded", "Failed"),
+            120,
+        )
+        pod = nodes.get("pod", name)
+        assert pod["status"]["phase"] == "Succeeded", pod["status"]
+        assert pod["spec"]["nodeName"] == node
+        # The log travels API server -> the node's kubelet (its serving certificate).
+        return pod, nodes.kubectl("logs", name).stdout.strip().splitlines()[-1]
+    finally:
+        nodes.kubectl("delete", "pod", name, "--ignore-not-found", "--wait=false")
+
+
 def test_the_scheduler_places_a_pod_on_each_node_and_its_log_comes_back(nodes):
     for name in EXPECTED:
-        pod = "lab-node-probe-%s" % name.rsplit("-", 1)[1]
-        manifest = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": pod},
-            "spec": {
-                "restartPolicy": "Never",
-                "nodeSelector": {"kubernetes.io/hostname": name},
-                "containers": [
-                    {
-                        "name": "probe",
-                        "image": "localhost/gpuops-lab/tools:1",
-                        "imagePullPolicy": "Never",
-                        "command": ["sh", "-c", 'echo "on $NODE"'],
-                        "env": [{"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
-                    }
-                ],
-            },
+        container = {
+            "name": "probe",
+            "image": "localhost/gpuops-lab/tools:1",
+            "imagePullPolicy": "Never",
+            "command": ["sh", "-c", 'echo "on $NODE"'],
+            "env": [{"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
         }
-        nodes.kubectl("delete", "pod", pod, "--ignore-not-found", "--wait=true")
-        nodes.kubectl("apply", "-f", "-", stdin=json.dumps(manifest))
-        try:
-            nodes.wait(
-                "pod %s Succeeded" % pod,
-                lambda p=pod: nodes.get("pod", p)["status"].get("phase") in ("Succeeded", "Failed"),
-                120,
-            )
-            status = nodes.get("pod", pod)["status"]
-            assert status["phase"] == "Succeeded", status
-            # The log travels API server -> this node's kubelet (its serving certificate).
-            assert nodes.kubectl("logs", pod).stdout.strip() == "on %s" % name
-        finally:
-            nodes.kubectl("delete", "pod", pod, "--ignore-not-found", "--wait=false")
+        _pod, log = run_pod(nodes, "lab-node-probe-%s" % name.rsplit("-", 1)[1], name, container)
+        assert log == "on %s" % name
 
 
 def test_ansible_reaches_each_node_over_ssh_as_a_user_who_becomes_root(nodes):
@@ -169,22 +175,7 @@ H100 = ROOT / "lab" / "profiles" / "h100-8x-nvswitch.yaml"
 def playbook_changes(name, extra_vars):
     """ansible-playbook -i INVENTORY playbooks/NAME: {host: its changed tasks' names}."""
     playbook = Path(__file__).parent / "playbooks" / name
-    proc = subprocess.run(
-        [
-            str(VENV_BIN / "ansible-playbook"),
-            "-i",
-            str(INVENTORY),
-            str(playbook),
-            "-e",
-            json.dumps(extra_vars),
-        ],
-        capture_output=True,
-        text=True,
-        env=ansible_env(),
-        check=False,
-        timeout=900,
-    )
-    plays = json_output(proc, "ansible-playbook")
+    proc, plays = run_ansible("ansible-playbook", str(playbook), "-e", json.dumps(extra_vars), timeout=900)
     changed = {name: [] for name in EXPECTED}
     failed = {}
     for play in plays:
@@ -224,48 +215,37 @@ RUNTIME_CLASSES = [
 ]
 
 
-def nvml_query_pod(nodes, node, runtime_class, visible=None):
-    """The lab's nvml-query image in a pod on NODE: its JSON answer."""
-    pod = "nvml-query-%s" % node.rsplit("-", 1)[1]
-    container = {
+# NVIDIA's mock finds its profile beside the library NVIDIA's runtime injects.
+PROFILE_VOLUME = {
+    "name": "profile",
+    "hostPath": {"path": "/usr/share/gpuops-lab-driver/profile.yaml", "type": "File"},
+}
+PROFILE_MOUNT = {"name": "profile", "mountPath": "/usr/config/config.yaml", "readOnly": True}
+
+
+def nvml_query_container(**more):
+    return {
         "name": "query",
         "image": "localhost/gpuops-lab/nvml-query:1",
         "imagePullPolicy": "Never",
-        # NVIDIA's mock finds its profile beside the library NVIDIA's runtime injects.
-        "volumeMounts": [{"name": "profile", "mountPath": "/usr/config/config.yaml", "readOnly": True}],
+        "volumeMounts": [PROFILE_MOUNT],
+        **more,
     }
-    if visible is not None:
-        container["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": visible}]
-    manifest = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": pod},
-        "spec": {
-            "restartPolicy": "Never",
-            "runtimeClassName": runtime_class,
-            "nodeSelector": {"kubernetes.io/hostname": node},
-            "containers": [container],
-            "volumes": [
-                {
-                    "name": "profile",
-                    "hostPath": {"path": "/usr/share/gpuops-lab-driver/profile.yaml", "type": "File"},
-                }
-            ],
-        },
-    }
-    nodes.kubectl("delete", "pod", pod, "--ignore-not-found", "--wait=true")
-    nodes.kubectl("apply", "-f", "-", stdin=json.dumps(manifest))
-    try:
-        nodes.wait(
-            "pod %s to finish" % pod,
-            lambda: nodes.get("pod", pod)["status"].get("phase") in ("Succeeded", "Failed"),
-            120,
-        )
-        status = nodes.get("pod", pod)["status"]
-        assert status["phase"] == "Succeeded", status
-        return json.loads(nodes.kubectl("logs", pod).stdout.strip().splitlines()[-1])
-    finally:
-        nodes.kubectl("delete", "pod", pod, "--ignore-not-found", "--wait=false")
+
+
+def nvml_query_pod(nodes, node, runtime_class, visible=None):
+    """The lab's nvml-query image in a pod on NODE: its JSON answer."""
+    env = [] if visible is None else [{"name": "NVIDIA_VISIBLE_DEVICES", "value": visible}]
+    name = "nvml-query-%s" % node.rsplit("-", 1)[1]
+    _pod, log = run_pod(
+        nodes,
+        name,
+        node,
+        nvml_query_container(env=env),
+        runtime_class=runtime_class,
+        volumes=[PROFILE_VOLUME],
+    )
+    return json.loads(log)
 
 
 def h100_uuids():
@@ -363,51 +343,14 @@ def test_the_daemon_serves_the_real_kubelet_and_a_pod_sees_exactly_its_gpus(node
         60,
     )
     assert allocatable == "8"
-    pod = "gpu-pair"
-    manifest = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": pod},
-        "spec": {
-            "restartPolicy": "Never",
-            "runtimeClassName": "nvidia",
-            # The lab's own node has GPUs too (lab/cluster.py's plugin).
-            "nodeSelector": {"kubernetes.io/hostname": DAEMON_NODE},
-            "containers": [
-                {
-                    "name": "query",
-                    "image": "localhost/gpuops-lab/nvml-query:1",
-                    "imagePullPolicy": "Never",
-                    "resources": {"limits": {"nvidia.com/gpu": 2}},
-                    "volumeMounts": [
-                        {"name": "profile", "mountPath": "/usr/config/config.yaml", "readOnly": True}
-                    ],
-                }
-            ],
-            "volumes": [
-                {
-                    "name": "profile",
-                    "hostPath": {"path": "/usr/share/gpuops-lab-driver/profile.yaml", "type": "File"},
-                }
-            ],
-        },
-    }
-    nodes.kubectl("delete", "pod", pod, "--ignore-not-found", "--wait=true")
-    nodes.kubectl("apply", "-f", "-", stdin=json.dumps(manifest))
-    try:
-        nodes.wait(
-            "pod %s to finish" % pod,
-            lambda: nodes.get("pod", pod)["status"].get("phase") in ("Succeeded", "Failed"),
-            120,
-        )
-        status = nodes.get("pod", pod)
-        assert status["status"]["phase"] == "Succeeded", status["status"]
-        assert status["spec"]["nodeName"] == DAEMON_NODE
-        seen = json.loads(nodes.kubectl("logs", pod).stdout.strip().splitlines()[-1])
-        assigned = kubelet_assignments(DAEMON_NODE)[status["metadata"]["uid"]]
-        # What NVML lists inside the container is exactly what the kubelet assigned.
-        assert len(assigned) == 2
-        assert sorted(seen["uuids"]) == sorted(assigned), (seen, assigned)
-        assert len(seen["dev"]) == 2 + 3  # two GPUs, nvidiactl, nvidia-uvm, nvidia-uvm-tools
-    finally:
-        nodes.kubectl("delete", "pod", pod, "--ignore-not-found", "--wait=false")
+    # On its hostname label: the lab's own node has GPUs too (lab/cluster.py's plugin).
+    container = nvml_query_container(resources={"limits": {"nvidia.com/gpu": 2}})
+    pod, log = run_pod(
+        nodes, "gpu-pair", DAEMON_NODE, container, runtime_class="nvidia", volumes=[PROFILE_VOLUME]
+    )
+    seen = json.loads(log)
+    assigned = kubelet_assignments(DAEMON_NODE)[pod["metadata"]["uid"]]
+    # What NVML lists inside the container is exactly what the kubelet assigned.
+    assert len(assigned) == 2
+    assert sorted(seen["uuids"]) == sorted(assigned), (seen, assigned)
+    assert len(seen["dev"]) == 2 + 3  # two GPUs, nvidiactl, nvidia-uvm, nvidia-uvm-tools
