@@ -28,20 +28,9 @@ H100 = REPO / "lab" / "profiles" / "h100-8x-nvswitch.yaml"
 NVML_VERSION = "13.615.71"  # nvidia-ml-py, as pinned in requirements/dev.txt
 IMAGE_SUITE = "bookworm"
 
-# In the container: which NVIDIA device nodes it has and what NVML lists.
-QUERY = """
-import json, os, sys
-sys.path.insert(0, "/whl/nvidia_ml_py.whl")
-import pynvml
-out = {"dev": sorted(n for n in os.listdir("/dev") if n.startswith("nvidia"))}
-try:
-    pynvml.nvmlInit()
-    count = pynvml.nvmlDeviceGetCount()
-    out["uuids"] = [pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i)) for i in range(count)]
-except pynvml.NVMLError as error:
-    out["error"] = str(error)
-print(json.dumps(out))
-"""
+# In the container: which NVIDIA device nodes it has and what NVML lists (the lab's
+# nvml-query image runs the same script in pods).
+QUERY = REPO / "lab" / "kube" / "nvml-query.py"
 
 # make test runs as root; podman comes with `make lab-deps`, which `make pytest` runs first,
 # so a missing podman fails (run_container) rather than skips.
@@ -92,7 +81,7 @@ def node(tmp_path_factory):
     )
     (wheel,) = wheels.glob("nvidia_ml_py-*.whl")
     wheel.rename(wheels / "nvidia_ml_py.whl")
-    (base / "query.py").write_text(QUERY)
+
     image = sh("bash", REPO / "lab" / "node-image.sh", IMAGE_SUITE).split()[-1]
     return {"base": base, "root": root, "runtime": runtime, "image": image, "spec": spec}
 
@@ -110,8 +99,10 @@ def run_container(node, runtime, env=()):
         "%s:/etc/gpuops-mock/profile.yaml:ro" % driver_profile(node["root"]),
         "-v",
         "%s:/whl:ro" % (node["base"] / "wheels"),
+        "-e",
+        "PYTHONPATH=/whl/nvidia_ml_py.whl",
         "-v",
-        "%s:/query.py:ro" % (node["base"] / "query.py"),
+        "%s:/query.py:ro" % QUERY,
         node["image"],
         "python3",
         "/query.py",
@@ -128,7 +119,11 @@ def uuids():
 
 def test_one_gpu_requested_by_uuid_is_the_only_one_seen(node):
     seen = run_container(node, node["runtime"], ["NVIDIA_VISIBLE_DEVICES=%s" % uuids()[1]])
-    assert seen == {"dev": ["nvidia-uvm", "nvidia-uvm-tools", "nvidia1", "nvidiactl"], "uuids": [uuids()[1]]}
+    assert seen == {
+        "dev": ["nvidia-uvm", "nvidia-uvm-tools", "nvidia1", "nvidiactl"],
+        "uuids": [uuids()[1]],
+        "driver": "550.163.01",
+    }
 
 
 def test_all_gpus_requested_are_all_seen(node):
