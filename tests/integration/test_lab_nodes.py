@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,7 @@ CONTAINERD_NODES = ["gpuops-node-1", "gpuops-node-2"]
 DOCKER_NODE = "gpuops-node-3"
 # Where gpuops's device plugin serves the kubelet (its wheelhouse is for Debian 12's Python).
 DAEMON_NODE = "gpuops-node-1"
+GPU_PLAYBOOK = Path(__file__).parent / "playbooks" / "lab_nodes_gpu.yml"
 
 
 def nodes_cli(*args):
@@ -125,6 +127,10 @@ def run_pod(nodes, name, node, container, *, runtime_class=None, volumes=()):
 
 
 def test_the_scheduler_places_a_pod_on_each_node_and_its_log_comes_back(nodes):
+    probe_each_node(nodes)
+
+
+def probe_each_node(nodes):
     for name in EXPECTED:
         container = {
             "name": "probe",
@@ -172,10 +178,10 @@ def test_up_again_keeps_the_running_nodes(nodes):
 H100 = ROOT / "lab" / "profiles" / "h100-8x-nvswitch.yaml"
 
 
-def playbook_changes(name, extra_vars):
-    """ansible-playbook -i INVENTORY playbooks/NAME: {host: its changed tasks' names}."""
-    playbook = Path(__file__).parent / "playbooks" / name
-    proc, plays = run_ansible("ansible-playbook", str(playbook), "-e", json.dumps(extra_vars), timeout=900)
+def playbook_changes(playbook, extra_vars, fleet):
+    """ansible-playbook -i INVENTORY -i FLEET PLAYBOOK: {host: its changed tasks' names}."""
+    args = ("-i", str(fleet), str(playbook), "-e", json.dumps(extra_vars))
+    proc, plays = run_ansible("ansible-playbook", *args, timeout=900)
     changed = {name: [] for name in EXPECTED}
     failed = {}
     for play in plays:
@@ -190,11 +196,25 @@ def playbook_changes(name, extra_vars):
 
 
 @pytest.fixture(scope="module")
-def gpu_nodes(nodes):
-    """Both nodes with the driver package, the toolkit and the nvidia runtime, converged."""
+def fleet(tmp_path_factory):
+    """The nodes as a fleet's inventory has them: gpu_nodes, and each node's runtime
+    settings as host variables, which site.yml and uninstall.yml both read."""
+    path = tmp_path_factory.mktemp("fleet") / "fleet.yml"
+    hosts = {
+        # containerd 1.7 gets the nvidia runtime as a drop-in; 1.6 is edited in place.
+        "gpuops-node-2": {"container_runtime_config_mode": "drop_in"},
+        DOCKER_NODE: {"container_runtime_engine": "docker"},
+    }
+    path.write_text(json.dumps({"gpu_nodes": {"children": {"gpuops_lab_nodes": {}}, "hosts": hosts}}))
+    return path
+
+
+@pytest.fixture(scope="module")
+def gpu_nodes(nodes, fleet):
+    """The nodes with the driver package, the toolkit and the nvidia runtime, converged."""
     extra_vars = {"lab_docker_nodes": [DOCKER_NODE], "lab_daemon_nodes": [DAEMON_NODE]}
-    first = playbook_changes("lab_nodes_gpu.yml", extra_vars)
-    second = playbook_changes("lab_nodes_gpu.yml", extra_vars)
+    first = playbook_changes(GPU_PLAYBOOK, extra_vars, fleet)
+    second = playbook_changes(GPU_PLAYBOOK, extra_vars, fleet)
     # Only what is not there: cluster_addons owns the nvidia one where a test made it.
     made = [
         rc
@@ -354,3 +374,64 @@ def test_the_daemon_serves_the_real_kubelet_and_a_pod_sees_exactly_its_gpus(node
     assert len(assigned) == 2
     assert sorted(seen["uuids"]) == sorted(assigned), (seen, assigned)
     assert len(seen["dev"]) == 2 + 3  # two GPUs, nvidiactl, nvidia-uvm, nvidia-uvm-tools
+
+
+# --- last: playbooks/uninstall.yml gives each node back as it was ------------------------
+
+
+def node_files(node, *paths):
+    """{path: its text, or None} on NODE (over SSH, with become)."""
+    script = "; ".join("echo '== %s'; cat %s 2>/dev/null || echo '(absent)'" % (p, p) for p in paths)
+    rc, hosts = ansible("--limit", node, "-m", "ansible.builtin.shell", "-a", script)
+    assert rc == 0, hosts
+    texts, current = {}, None
+    for line in hosts[node]["stdout"].split("\n"):
+        if line.startswith("== ") and line[3:] in paths:
+            current = line[3:]
+            texts[current] = []
+        else:
+            texts[current].append(line)
+    return {p: (None if t == ["(absent)"] else "\n".join(t)) for p, t in texts.items()}
+
+
+def test_uninstall_gives_the_nodes_back_as_they_were(nodes, gpu_nodes, fleet):
+    # The real playbook, on the same inventory; the cluster objects it would remove were
+    # made by this test, not by the roles.
+    uninstall = ROOT / "playbooks" / "uninstall.yml"
+    skip = {"gpuops_site_skip": ["addons", "labels"]}
+    first = playbook_changes(uninstall, skip, fleet)
+    assert all(first[name] for name in EXPECTED), first
+    assert playbook_changes(uninstall, skip, fleet) == {name: [] for name in EXPECTED}
+
+    # Each node's own containerd configuration, exactly as its provisioning wrote it.
+    sys.path.insert(0, str(ROOT / "lab"))
+    from nodes import containerd_config  # noqa: PLC0415 - the lab's own, found at run time
+
+    for name in CONTAINERD_NODES:
+        files = node_files(name, "/etc/containerd/config.toml", "/etc/containerd/conf.d/99-nvidia.toml")
+        kept = files["/etc/containerd/config.toml"]
+        # Every setting as provisioned, and every line of it (its comments included). An
+        # empty [...cri".containerd] header that the in-place edit made stays behind on 1.6:
+        # the same TOML, one table header more (noted in issue 16).
+        assert tomllib.loads(kept) == tomllib.loads(containerd_config()), name
+        assert [line for line in containerd_config().splitlines() if line not in kept.splitlines()] == [], (
+            name
+        )
+        assert files["/etc/containerd/conf.d/99-nvidia.toml"] is None, name
+    rc, hosts = ansible(
+        "-m",
+        "ansible.builtin.shell",
+        "-a",
+        "dpkg-query -W -f '${Package} ${Status}\\n' 'nvidia-*' 2>/dev/null | grep ' installed$';"
+        " ls /etc/apt/sources.list.d/ | grep -i nvidia;"
+        " systemctl list-unit-files 'gpuops-*' --no-legend | cut -d' ' -f1;"
+        " dpkg-query -W -f '${Version}' gpuops-lab-driver",
+    )
+    assert rc == 0, hosts
+    for name, result in hosts.items():
+        # No toolkit, its source, the plugin's service or the drift guard; the driver stays.
+        assert result["stdout"].splitlines() == ["550.163.01-1"], (name, result["stdout"])
+    docker = node_files(DOCKER_NODE, "/etc/docker/daemon.json")["/etc/docker/daemon.json"]
+    assert docker is None or "nvidia" not in docker, docker
+    # The nodes still run pods, on their own runtime again.
+    probe_each_node(nodes)
