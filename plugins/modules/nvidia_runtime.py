@@ -55,7 +55,11 @@ options:
     required: true
     choices: [containerd, docker, crio]
   state:
-    description: Whether the NVIDIA runtime is declared (V(present)) or not (V(absent)).
+    description:
+      - Whether the NVIDIA runtime is declared (V(present)) or not (V(absent)).
+      - For containerd, V(absent) removes it from both places whatever O(config_mode) is
+        now (the entry in O(path), the C(imports) line and O(drop_in_path)), so an
+        inventory whose mode changed since the install still gets the node back.
     type: str
     default: present
     choices: [present, absent]

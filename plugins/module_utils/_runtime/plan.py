@@ -207,7 +207,9 @@ def _containerd(result, params, spec, files):
         result.msg, warnings = k3s.check(program, path, data, spec, templates)
         result.warnings.extend(warnings)
         return
-    if params["config_mode"] == "drop_in":
+    # Removal looks in both places whatever config_mode says now: the entry in the main
+    # file, the imports line and the drop-in an earlier run in the other mode left.
+    if params["config_mode"] == "drop_in" or spec["state"] == "absent":
         old_drop = files.read(drop_in)
         new, new_drop, befores, afters, version = containerd_drop_in(
             old or "",

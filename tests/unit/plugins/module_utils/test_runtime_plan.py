@@ -165,6 +165,21 @@ def test_a_rewritten_drop_in_with_the_same_data_changes_but_needs_no_restart():
     assert not planned.restart_required()
 
 
+@pytest.mark.parametrize("added_as", ["in_place", "drop_in"])
+@pytest.mark.parametrize("removed_as", ["in_place", "drop_in"])
+def test_containerd_absent_removes_the_runtime_wherever_an_earlier_run_put_it(added_as, removed_as):
+    # An inventory whose config_mode changed between install and uninstall still gets the
+    # node back: no entry in the main file, no imports line, no drop-in.
+    files = Files({CONFIG: fixture("kubespray-v2.toml")})
+    present = applied(files, plan(options(config_mode=added_as, set_as_default=True), files))
+    absent = plan(options(config_mode=removed_as, state="absent"), present)
+    after = applied(present, absent)
+    assert sorted(after) == [CONFIG]
+    assert read_toml(after[CONFIG], CONFIG) == read_toml(files[CONFIG], CONFIG)
+    assert absent.restart_required()
+    assert plan(options(config_mode=removed_as, state="absent"), after).changes() == {}
+
+
 # ------------------------------------------------------------------ CRI-O drop-in
 
 CRIO_PACKAGED = fixture("crio-10-crio.conf")  # as CRI-O's packages ship it: crun the default
