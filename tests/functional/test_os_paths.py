@@ -20,6 +20,7 @@ DRIVER_VARS = [
     "__nvidia_driver_hold_packages",
     "__nvidia_driver_version",
     "__nvidia_driver_version_package",
+    "__nvidia_driver_versioned_package",
     "__nvidia_driver_headers_packages",
     "__nvidia_driver_fabricmanager_package",
     "__nvidia_driver_module_name",
@@ -98,6 +99,7 @@ def test_ubuntu_2204_driver_and_toolkit(tmp_path):
     assert got["apt_install"] == ["nvidia-driver-535=535.*"]
     assert got["__nvidia_driver_hold_packages"] == ["nvidia-driver-535"]
     assert got["__nvidia_driver_version_package"] == "nvidia-driver-535"
+    assert got["__nvidia_driver_versioned_package"] == "nvidia-driver-535"
     assert got["__nvidia_driver_headers_packages"] == [
         "linux-headers-5.15.0-91-generic",
         "linux-headers-generic",
@@ -127,6 +129,20 @@ def test_ubuntu_2204_driver_and_toolkit(tmp_path):
         "Suites: /",
         "Signed-By: /etc/apt/keyrings/nvidia-container-toolkit-keyring.asc",
     ]
+
+
+def test_ubuntu_2204_a_sites_own_driver_packages(tmp_path):
+    # nvidia_driver_packages: exactly those are installed, pinned and held, and the first
+    # one's version is the driver's; nothing of the distribution's list is added.
+    extra = {
+        "nvidia_driver_packages": ["site-nvidia-driver", "site-nvidia-utils"],
+        "nvidia_driver_version": "550.*",
+    }
+    got = one_host(tmp_path, "ubuntu2204", apt_exprs(), extra)
+    assert got["apt_install"] == ["site-nvidia-driver=550.*", "site-nvidia-utils=550.*"]
+    assert got["__nvidia_driver_hold_packages"] == ["site-nvidia-driver", "site-nvidia-utils"]
+    assert got["__nvidia_driver_versioned_package"] == "site-nvidia-driver"
+    assert "Package: site-nvidia-driver site-nvidia-utils" in got["apt_pin"].splitlines()
 
 
 def test_ubuntu_2404_headless_pinned_branch_on_arm(tmp_path):

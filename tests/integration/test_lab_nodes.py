@@ -272,10 +272,45 @@ def h100_uuids():
     return [device["uuid"] for device in yaml.safe_load(H100.read_text())["devices"]]
 
 
+DRIVER_TASKS = [
+    "gpuops.k8s.nvidia_driver : " + name
+    for name in (
+        "Declare the site's driver repository",
+        "Pin the driver packages to the version pattern in apt's preferences",
+        "Install the NVIDIA driver packages",
+        "Hold the driver packages, or release them",
+    )
+]
+
+
 def test_gpu_software_converges_and_a_second_run_changes_nothing(gpu_nodes):
     for name in EXPECTED:
-        assert "Install the driver" in gpu_nodes["first"][name]
+        first = gpu_nodes["first"][name]
+        # nvidia_driver with nvidia_driver_kernel_module false: the packages, their
+        # repository, pin and hold; no headers, blacklist, module parameters or reboot.
+        assert first[: len(DRIVER_TASKS)] == DRIVER_TASKS, (name, first)
+        kernel_tasks = ("Blacklist nouveau", "Install the running kernel's headers")
+        assert not any(task.endswith(kernel_tasks) for task in first), (name, first)
     assert gpu_nodes["second"] == {name: [] for name in EXPECTED}
+
+
+def test_the_driver_package_is_pinned_and_held_without_a_kernel_module_of_its_own(gpu_nodes):
+    rc, hosts = ansible(
+        "-m",
+        "ansible.builtin.shell",
+        "-a",
+        "dpkg --get-selections gpuops-lab-driver;"
+        " grep -h '^Package:\\|^Pin:' /etc/apt/preferences.d/nvidia-driver.pref;"
+        " ls /etc/modprobe.d/blacklist-nouveau.conf 2>&1 | grep -c 'No such'",
+    )
+    assert rc == 0, hosts
+    for name, result in hosts.items():
+        assert [" ".join(line.split()) for line in result["stdout"].split("\n")] == [
+            "gpuops-lab-driver hold",
+            "Package: gpuops-lab-driver",
+            "Pin: version 550.163.01*",
+            "1",
+        ], (name, result["stdout"])
 
 
 @pytest.mark.parametrize("node", CONTAINERD_NODES)
@@ -429,8 +464,12 @@ def test_uninstall_gives_the_nodes_back_as_they_were(nodes, gpu_nodes, fleet):
     )
     assert rc == 0, hosts
     for name, result in hosts.items():
-        # No toolkit, its source, the plugin's service or the drift guard; the driver stays.
-        assert result["stdout"].splitlines() == ["550.163.01-1"], (name, result["stdout"])
+        # No toolkit, its source, the plugin's service or the drift guard; the driver stays,
+        # and so does the repository nvidia_driver declared for it.
+        assert result["stdout"].splitlines() == ["gpuops-nvidia-driver.list", "550.163.01-1"], (
+            name,
+            result["stdout"],
+        )
     docker = node_files(DOCKER_NODE, "/etc/docker/daemon.json")["/etc/docker/daemon.json"]
     assert docker is None or "nvidia" not in docker, docker
     # The nodes still run pods, on their own runtime again.
