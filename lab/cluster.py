@@ -802,6 +802,22 @@ def pod_netns_paths(bins):
     return paths
 
 
+def remove_netns(paths):
+    """Unmount and remove the pods' network namespace files. One can be mounted more than
+    once (one umount each), or sit under a later bind mount of /run/netns on itself (podman
+    makes one for the lab nodes' namespaces, as `ip netns` does): unlink then says EBUSY,
+    and the file is left and said, not fatal."""
+    for path in paths:
+        for _ in range(5):
+            if not os.path.ismount(path):
+                break
+            run(["umount", "--lazy", path], check=False)
+        try:
+            Path(path).unlink(missing_ok=True)
+        except OSError as error:
+            log("left %s: %s" % (path, error.strerror))
+
+
 def down(args):
     require_root()
     bins = {"ctr": Path(shutil.which("ctr") or "/usr/bin/ctr")}
@@ -821,10 +837,9 @@ def down(args):
     stop("containerd")
     for name in ("kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
         stop(name)
-    for point in lab_mounts() + sorted(p for p in netns if os.path.ismount(p)):
+    for point in lab_mounts():
         run(["umount", "--lazy", point], check=False)
-    for path in netns:
-        Path(path).unlink(missing_ok=True)
+    remove_netns(netns)
     for cgroup in kubepods_cgroups():
         with contextlib.suppress(OSError):
             os.rmdir(cgroup)
