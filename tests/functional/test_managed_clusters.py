@@ -143,6 +143,14 @@ def test_preflight_accepts_the_profile(provider):
         assert result["nvml"]["available"] is False, host
 
 
+def test_preflight_runs_with_no_phase_left_out():
+    # The air-gapped example is a whole site: gpuops_site_skip is not set at all, which
+    # the preflight's own check must take as "no phase left out".
+    assert all("gpuops_site_skip" not in hv for hv in hostvars("air-gapped").values())
+    run = preflight("air-gapped")
+    assert run["rc"] == 0, run["text"]
+
+
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_preflight_refuses_an_unknown_phase(provider):
     run = preflight(provider, {"gpuops_site_skip": ["driver", "drivers"]})
