@@ -133,7 +133,16 @@ def _nvml(obs, _settings):
     nvml = gpu.get("nvml") or {}
     lost_gpus = gpu.get("lost_gpus") or []
     found = []
-    if not nvml.get("available") and nvml.get("reason") == "library_not_found":
+    if not nvml.get("available") and nvml.get("reason") == "bindings_not_installed":
+        found.append(
+            finding(
+                "nvml",
+                FAIL,
+                "NVML cannot be asked: %s" % nvml.get("error"),
+                "install nvidia-ml-py for the node's Python (Debian contrib and Ubuntu: python3-pynvml)",
+            )
+        )
+    elif not nvml.get("available") and nvml.get("reason") == "library_not_found":
         found.append(
             finding(
                 "nvml",

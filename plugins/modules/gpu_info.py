@@ -49,6 +49,9 @@ options:
       - Fail when NVML cannot be used (driver not installed or not loaded).
       - Set to V(false) on nodes that may not have a driver yet, for example before the
         driver role ran; the module then returns RV(nvml.available=false) and the reason.
+      - With V(false), a node without nvidia-ml-py is such a node too (reason
+        V(bindings_not_installed)); with V(true) the module fails there as any module
+        missing its Python library does.
     type: bool
     default: true
   fail_on_lost_gpu:
@@ -150,7 +153,9 @@ nvml:
       type: bool
       sample: true
     reason:
-      description: Why NVML is unusable, V(library_not_found) or V(init_failed); null when available.
+      description:
+        - Why NVML is unusable, V(library_not_found), V(init_failed) or
+          V(bindings_not_installed) (no nvidia-ml-py for the node's Python); null when available.
       type: str
       sample: library_not_found
     error:
@@ -322,12 +327,30 @@ device_plugin:
       sample: time-slicing
 """
 
+import sys
+
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 from ansible_collections.gpuops.k8s.plugins.module_utils import _gfd_labels as gfd
 from ansible_collections.gpuops.k8s.plugins.module_utils import _nvml_discovery as nvml
 from ansible_collections.gpuops.k8s.plugins.module_utils import _plugin_config as plugin_config
 from ansible_collections.gpuops.k8s.plugins.module_utils import _plugin_resources as plugin_resources
+
+
+class BindingsNotInstalled(nvml.DiscoveryError):
+    """No nvidia-ml-py on the node: NVML is there or not, but nothing can ask it."""
+
+    reason = "bindings_not_installed"
+
+
+def discover(params):
+    """NVML's view of the node; a node without nvidia-ml-py raises BindingsNotInstalled."""
+    if not nvml.HAS_PYNVML:
+        raise BindingsNotInstalled(
+            "nvidia-ml-py (the Python module pynvml) is not installed for %s, so NVML cannot be asked: "
+            "install it on the node (Debian contrib and Ubuntu: python3-pynvml)" % sys.executable
+        )
+    return nvml.discover(sysfs_root=params["sysfs_root"])
 
 
 def device_plugin(params):
@@ -373,7 +396,7 @@ def run(module):
         },
     }
     try:
-        found = nvml.discover(sysfs_root=params["sysfs_root"])
+        found = discover(params)
     except nvml.DiscoveryError as error:
         unusable = error
     else:
@@ -451,7 +474,7 @@ def main():
         ),
         supports_check_mode=True,
     )
-    if not nvml.HAS_PYNVML:
+    if not nvml.HAS_PYNVML and module.params["require_nvml"]:
         module.fail_json(msg=missing_required_lib("nvidia-ml-py"), exception=nvml.PYNVML_IMPORT_ERROR)
     module.exit_json(**run(module))
 

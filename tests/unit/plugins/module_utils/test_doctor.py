@@ -124,6 +124,17 @@ def test_driver_library_missing():
     assert [f["check"] for f in findings] == ["nvml"]
 
 
+def test_no_python_bindings_is_its_own_finding():
+    error = "nvidia-ml-py (the Python module pynvml) is not installed for /usr/bin/python3"
+    gpu = {"gpu_count": 0, "nvml": {"available": False, "reason": "bindings_not_installed", "error": error}}
+    assert only(diagnose({"gpu": gpu})) == {
+        "check": "nvml",
+        "severity": "fail",
+        "message": "NVML cannot be asked: " + error,
+        "fix": "install nvidia-ml-py for the node's Python (Debian contrib and Ubuntu: python3-pynvml)",
+    }
+
+
 def test_nvml_does_not_start():
     gpu = {
         "gpu_count": 0,

@@ -56,3 +56,26 @@ def test_gpu_info_names_where_a_bad_configuration_came_from(tmp_path):
         gpu_info.device_plugin(params(tmp_path, record={"mode": "x"}))
     with pytest.raises(pc.ConfigError, match=r"\(option device_plugin\): device_plugin\.config: version"):
         gpu_info.device_plugin(params(tmp_path, option={"mode": "gpuops", "config": {"version": "v2"}}))
+
+
+class Module:
+    """What gpu_info.run reads of AnsibleModule; fail_json raises."""
+
+    def __init__(self, **given):
+        self.params = {"require_nvml": False, "fail_on_lost_gpu": False, "sysfs_root": "/sys", **given}
+
+    def fail_json(self, **result):
+        raise AssertionError(result)
+
+
+def test_without_nvidia_ml_py_nvml_is_reported_unusable_not_a_crash(tmp_path, monkeypatch):
+    # A fresh node before the driver phase: no bindings yet, and require_nvml false.
+    monkeypatch.setattr(gpu_info.nvml, "HAS_PYNVML", False)
+    monkeypatch.setattr(gpu_info.nvml, "discover", lambda **_: pytest.fail("discover needs pynvml"))
+    result = gpu_info.run(Module(**params(tmp_path)))
+    assert result["nvml"]["available"] is False
+    assert result["nvml"]["reason"] == "bindings_not_installed"
+    assert "pynvml" in result["nvml"]["error"] and "python3-pynvml" in result["nvml"]["error"]
+    assert result["gpu_count"] == 0
+    with pytest.raises(AssertionError, match="bindings_not_installed"):
+        gpu_info.run(Module(require_nvml=True, **params(tmp_path)))
