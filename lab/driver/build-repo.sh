@@ -9,7 +9,9 @@
 # mock finds it without MOCK_NVML_CONFIG), and, made by its postinst with mknod as NVIDIA's
 # mock deployment does, /dev/nvidia0..7 (195/i), /dev/nvidiactl (195/255) and
 # /dev/nvidia-uvm(-tools) (510/0-1), removed again by its postrm (lab/driver/driver-root.sh
-# lays the files out). Use it as: deb [trusted=yes] file:OUT_DIR ./
+# lays the files out). It provides libnvidia-ml.so.1 and libcuda.so.1, as Debian's driver
+# library packages do, so that what depends on NVML (python3-pynvml) takes it.
+# Use it as: deb [trusted=yes] file:OUT_DIR ./
 set -euo pipefail
 out=${1:?usage: build-repo.sh OUT_DIR VERSION...}
 shift
@@ -56,6 +58,7 @@ POSTRM
 Package: gpuops-lab-driver
 Version: $version-1
 Architecture: all
+Provides: libnvidia-ml.so.1, libcuda.so.1
 Maintainer: gpuops.k8s maintainers <dev@gpuops.invalid>
 Section: misc
 Priority: optional

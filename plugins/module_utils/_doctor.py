@@ -139,7 +139,7 @@ def _nvml(obs, _settings):
                 "nvml",
                 FAIL,
                 "NVML cannot be asked: %s" % nvml.get("error"),
-                "install nvidia-ml-py for the node's Python (Debian contrib and Ubuntu: python3-pynvml)",
+                "install nvidia-ml-py for the node's Python (nvidia_driver_python_bindings)",
             )
         )
     elif not nvml.get("available") and nvml.get("reason") == "library_not_found":

@@ -347,8 +347,8 @@ def discover(params):
     """NVML's view of the node; a node without nvidia-ml-py raises BindingsNotInstalled."""
     if not nvml.HAS_PYNVML:
         raise BindingsNotInstalled(
-            "nvidia-ml-py (the Python module pynvml) is not installed for %s, so NVML cannot be asked: "
-            "install it on the node (Debian contrib and Ubuntu: python3-pynvml)" % sys.executable
+            "nvidia-ml-py (the Python module pynvml) is not installed for %s (Debian contrib and "
+            "Ubuntu: python3-pynvml; role nvidia_driver installs it)" % sys.executable
         )
     return nvml.discover(sysfs_root=params["sysfs_root"])
 

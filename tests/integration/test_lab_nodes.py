@@ -278,6 +278,7 @@ DRIVER_TASKS = [
         "Declare the site's driver repository",
         "Pin the driver packages to the version pattern in apt's preferences",
         "Install the NVIDIA driver packages",
+        "Install NVML's Python bindings, which gpu_info reads the GPUs with",
         "Hold the driver packages, or release them",
     )
 ]

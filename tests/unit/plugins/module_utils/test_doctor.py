@@ -131,7 +131,7 @@ def test_no_python_bindings_is_its_own_finding():
         "check": "nvml",
         "severity": "fail",
         "message": "NVML cannot be asked: " + error,
-        "fix": "install nvidia-ml-py for the node's Python (Debian contrib and Ubuntu: python3-pynvml)",
+        "fix": "install nvidia-ml-py for the node's Python (nvidia_driver_python_bindings)",
     }
 
 
