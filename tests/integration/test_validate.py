@@ -66,7 +66,8 @@ def test_fails_with_a_reason_when_the_plugin_is_stopped(lab, mock_lib, tmp_path,
         lambda: lab.node_object()["status"]["allocatable"].get("nvidia.com/gpu") in (None, "0"),
         60,
     )
-    results, junit = validate(lab, mock_lib, tmp_path)
+    # No waiting for a plugin that is not coming (gpu_validation_allocatable_wait).
+    results, junit = validate(lab, mock_lib, tmp_path, gpu_validation_allocatable_wait=0)
     assert results["_rc"] != 0
     message = results["Fail when a node did not pass"]["msg"]
     assert (
@@ -77,8 +78,11 @@ def test_fails_with_a_reason_when_the_plugin_is_stopped(lab, mock_lib, tmp_path,
 
 
 def test_fails_when_allocatable_is_short(lab, mock_lib, tmp_path, plugin):
-    # Time-slicing with 2 replicas expected, but the plugin advertises each GPU once.
-    results, _junit = validate(lab, mock_lib, tmp_path, gpu_validation_replicas=2)
+    # Time-slicing with 2 replicas expected, but the plugin advertises each GPU once: the
+    # wait for allocatable ends, and the result says what is short.
+    results, _junit = validate(
+        lab, mock_lib, tmp_path, gpu_validation_replicas=2, gpu_validation_allocatable_wait=4
+    )
     assert results["_rc"] != 0
     assert (
         "allocatable nvidia.com/gpu is 8, expected 16 (8 GPUs x 2 replicas)"
