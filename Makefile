@@ -23,8 +23,8 @@ venv:  ## Make the dev environment (venv, collections, ansible-test offline boot
 	@bash scripts/bootstrap.sh
 
 .PHONY: site
-site: lab-up  ## Run the main job (playbooks/site.yml) against the local lab (brings the lab up first)
-	ansible-playbook -i inventories/lab playbooks/site.yml
+site: lab-nodes  ## Run the main job (playbooks/site.yml) on the lab's Kubernetes nodes (brings the lab and LAB_NODES nodes up first)
+	ansible-playbook -i inventories/lab -i /var/lib/gpuops-lab/nodes/hosts.yml playbooks/site.yml
 
 .PHONY: test
 test: venv  ## Run every gate and test suite (what CI runs)

@@ -733,12 +733,14 @@ def start_device_plugin(profile):
             **node_env,
         },
     )
-    # What a play on the lab node needs to see the same mock GPUs (inventories/lab).
+    # What a play on the lab node needs to see the same mock GPUs (the single-host
+    # inventory of the integration tests).
     return node_env
 
 
 def write_ansible_vars(node_env):
-    """Variables inventories/lab reads: the kubeconfig and the node's NVML environment."""
+    """Variables the integration tests' single-host inventory reads: the kubeconfig and the
+    node's NVML environment."""
     ANSIBLE_VARS.write_text(
         json.dumps(
             {"kubeconfig": str(ADMIN_KUBECONFIG), "node": NODE_NAME, "node_environment": node_env}, indent=2
@@ -808,7 +810,7 @@ def remove_netns(paths):
     makes one for the lab nodes' namespaces, as `ip netns` does): unlink then says EBUSY,
     and the file is left and said, not fatal."""
     for path in paths:
-        for _ in range(5):
+        for _attempt in range(5):
             if not os.path.ismount(path):
                 break
             run(["umount", "--lazy", path], check=False)

@@ -54,6 +54,11 @@ MIRROR_DIR = STATE_DIR / "mirror"
 MIRROR_PORT = 8750
 MIRROR_URL = "http://%s:%d" % (GATEWAY, MIRROR_PORT)
 DRIVER_VERSIONS = ("550.163.01", "560.35.03")
+# The device plugin's wheels for the nodes' Pythons (Debian 12: 3.11, Debian 13: 3.13):
+# its role installs them from the controller (device_plugin_wheelhouse), as on a fleet
+# that reaches no PyPI.
+WHEELHOUSE = MIRROR_DIR / "device-plugin-wheels"
+NODE_PYTHONS = ("3.11", "3.13")
 
 
 @dataclass(frozen=True)
@@ -266,6 +271,33 @@ def driver_repo_stamp():
     return digest.hexdigest()[:16]
 
 
+def fill_wheelhouse():
+    """pip download of the device plugin role's pinned requirements, for each node Python."""
+    import yaml  # noqa: PLC0415 - the lab venv's, only needed here
+
+    defaults = yaml.safe_load(
+        (cluster.ROOT / "roles" / "device_plugin" / "defaults" / "main.yml").read_text()
+    )
+    requirements = defaults["device_plugin_requirements"] + defaults["device_plugin_build_requirements"]
+    wanted = hashlib.sha256(json.dumps([requirements, NODE_PYTHONS]).encode()).hexdigest()[:16]
+    stamp_file = WHEELHOUSE / ".stamp"
+    if stamp_file.is_file() and stamp_file.read_text() == wanted:
+        return
+    log("downloading the device plugin's wheels for Python %s" % ", ".join(NODE_PYTHONS))
+    shutil.rmtree(WHEELHOUSE, ignore_errors=True)
+    for version in NODE_PYTHONS:
+        run(
+            [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:"]
+            + ["--python-version", version, "--dest", str(WHEELHOUSE)]
+            + [
+                "--platform=%s" % tag
+                for tag in ("manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_28_x86_64")
+            ]
+            + requirements
+        )
+    stamp_file.write_text(wanted)
+
+
 def publish_mirror():
     """The mirror's tree (the toolkit's signed repository, the driver packages) and its
     server, a lab component like the API server."""
@@ -282,6 +314,7 @@ def publish_mirror():
         shutil.rmtree(driver, ignore_errors=True)
         cluster.script_output(LAB / "driver" / "build-repo.sh", str(driver), *DRIVER_VERSIONS)
         (driver / ".stamp").write_text(wanted)
+    fill_wheelhouse()
     cluster.start(
         "mirror",
         [sys.executable, "-m", "http.server", str(MIRROR_PORT), "--bind", GATEWAY, "--directory", MIRROR_DIR],

@@ -19,6 +19,10 @@ ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = ROOT / "lab" / "cluster.py"
 VENV_BIN = Path(sys.executable).parent
 PLAYBOOKS = Path(__file__).resolve().parent / "playbooks"
+# The single-host lab's inventory (the host's kubelet is the GPU node); make site's
+# inventories/lab is the lab's Kubernetes nodes.
+SINGLE_HOST = Path(__file__).resolve().parent / "inventories" / "single-host"
+NODES = ROOT / "lab" / "nodes.py"
 # Labels and taints with these prefixes are the kubelet's and the node controller's own
 # (kubernetes.io/hostname, node.kubernetes.io/not-ready, ...); anything else on the lab
 # Node was put there by a playbook or a test.
@@ -103,7 +107,7 @@ class Lab:
         return results
 
     def inventory_playbook(self, playbook, extra_vars=None, json_output=False, args=()):
-        """ansible-playbook -i inventories/lab PLAYBOOK (a path from the repository root), as a
+        """ansible-playbook -i SINGLE_HOST PLAYBOOK (a path from the repository root), as a
         user runs it; the CompletedProcess, its stdout JSON with json_output."""
         env = {
             k: v
@@ -113,7 +117,7 @@ class Lab:
         if json_output:
             env.update(ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="ansible.posix.json")
         variables = dict(extra_vars or {}, ansible_python_interpreter=sys.executable)
-        command = [str(VENV_BIN / "ansible-playbook"), "-i", "inventories/lab", str(playbook)]
+        command = [str(VENV_BIN / "ansible-playbook"), "-i", str(SINGLE_HOST), str(playbook)]
         return subprocess.run(
             [*command, "-e", json.dumps(variables), *args],
             cwd=ROOT,
@@ -195,6 +199,12 @@ def lab():
         # run a plugin of their own stop this one for their module.
         proc = cluster("up", "--device-plugin", "gpuops")
         assert proc.returncode == 0, "lab/cluster.py up failed:\n%s" % proc.stderr[-6000:]
+    # The Kubernetes nodes `make site` leaves, with what site.yml installed on them: the
+    # suite runs on the host's node, and test_lab_nodes.py starts nodes of its own.
+    proc = subprocess.run(
+        [sys.executable, str(NODES), "down"], capture_output=True, text=True, check=False, timeout=600
+    )
+    assert proc.returncode == 0, "lab/nodes.py down failed:\n%s" % proc.stderr[-6000:]
     exports = dict(line.removeprefix("export ").split("=", 1) for line in cluster("env").stdout.splitlines())
     lab = Lab(exports)
     # Whatever ran against the lab before this session (`make site` keeps its labels, taints

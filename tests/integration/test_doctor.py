@@ -1,8 +1,8 @@
 # Copyright (c) gpuops.k8s contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""playbooks/doctor.yml on the lab node (inventories/lab): healthy, then one injected fault
-at a time, each found with its own message."""
+"""playbooks/doctor.yml on the lab node (the single-host inventory): healthy, then one
+injected fault at a time, each found with its own message."""
 
 from __future__ import annotations
 

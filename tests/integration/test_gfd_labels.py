@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """GPU feature discovery's labels for what the node's device plugin offers, through
-site.yml's labels phase (inventories/lab) on the lab Node: time-slicing with and without a
+site.yml's labels phase (the single-host inventory) on the lab Node: time-slicing with and without a
 rename, MIG mixed and single over the A100 MIG profile, and each label gone again when the
 plugin stops offering it."""
 

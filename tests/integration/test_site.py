@@ -1,8 +1,9 @@
 # Copyright (c) gpuops.k8s contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""playbooks/site.yml, the README's main command, with inventories/lab against the lab
-cluster: from a node without our labels and add-ons to validated, with the per-node
+"""playbooks/site.yml with the single-host inventory (tests/integration/inventories/single-host:
+the host's kubelet, its node phases left out) against the lab cluster: the cluster phases,
+from a node without our labels and add-ons to validated, with the per-node
 summary; check mode predicts the run; the second run changes nothing; then
 playbooks/uninstall.yml takes it all away, once."""
 

@@ -1,7 +1,7 @@
 # Copyright (c) gpuops.k8s contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""playbooks/validate.yml itself, with inventories/lab, against the lab cluster and its plugin."""
+"""playbooks/validate.yml itself, with the single-host inventory, against the lab cluster and its plugin."""
 
 from __future__ import annotations
 
