@@ -128,39 +128,31 @@ def _device_nodes(obs, _settings):
     return []
 
 
+# Why gpu_info could not use NVML (its nvml.reason): the finding's message and fix.
+_NVML_UNUSABLE = {
+    "bindings_not_installed": (
+        "NVML cannot be asked: %s",
+        "install nvidia-ml-py for the node's Python (nvidia_driver_python_bindings)",
+    ),
+    "library_not_found": (
+        "the driver library libnvidia-ml.so.1 is missing: %s",
+        "install the driver user-space libraries (role nvidia_driver; Debian package libnvidia-ml1)",
+    ),
+    None: (
+        "NVML does not start: %s",
+        "the library and the kernel module must be the same driver version; reboot after a driver upgrade",
+    ),
+}
+
+
 def _nvml(obs, _settings):
     gpu = obs["gpu"]
     nvml = gpu.get("nvml") or {}
     lost_gpus = gpu.get("lost_gpus") or []
     found = []
-    if not nvml.get("available") and nvml.get("reason") == "bindings_not_installed":
-        found.append(
-            finding(
-                "nvml",
-                FAIL,
-                "NVML cannot be asked: %s" % nvml.get("error"),
-                "install nvidia-ml-py for the node's Python (nvidia_driver_python_bindings)",
-            )
-        )
-    elif not nvml.get("available") and nvml.get("reason") == "library_not_found":
-        found.append(
-            finding(
-                "nvml",
-                FAIL,
-                "the driver library libnvidia-ml.so.1 is missing: %s" % nvml.get("error"),
-                "install the driver user-space libraries (role nvidia_driver; Debian package libnvidia-ml1)",
-            )
-        )
-    elif not nvml.get("available"):
-        found.append(
-            finding(
-                "nvml",
-                FAIL,
-                "NVML does not start: %s" % nvml.get("error"),
-                "the library and the kernel module must be the same driver version; "
-                "reboot after a driver upgrade",
-            )
-        )
+    if not nvml.get("available"):
+        message, fix = _NVML_UNUSABLE.get(nvml.get("reason"), _NVML_UNUSABLE[None])
+        found.append(finding("nvml", FAIL, message % nvml.get("error"), fix))
     elif gpu_count(gpu) == 0 and not lost_gpus:
         found.append(
             finding(
