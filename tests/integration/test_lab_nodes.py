@@ -412,6 +412,44 @@ def test_the_daemon_serves_the_real_kubelet_and_a_pod_sees_exactly_its_gpus(node
     assert len(seen["dev"]) == 2 + 3  # two GPUs, nvidiactl, nvidia-uvm, nvidia-uvm-tools
 
 
+def validate_daemon_node(fleet, **extra_vars):
+    """playbooks/validate.yml on DAEMON_NODE with make site's settings (inventories/lab):
+    its return code and the node's result as gpu_validation recorded it."""
+    args = (
+        *("-i", str(ROOT / "inventories" / "lab"), "-i", str(fleet), "--limit", DAEMON_NODE),
+        *(str(ROOT / "playbooks" / "validate.yml"), "-e", json.dumps(extra_vars)),
+    )
+    proc, plays = run_ansible("ansible-playbook", *args, timeout=600)
+    tasks = {task["task"]["name"]: task["hosts"] for play in plays for task in play["tasks"]}
+    result = tasks["gpuops.k8s.gpu_validation : Record this node's result"][DAEMON_NODE]
+    return proc.returncode, result["ansible_facts"]["gpu_validation_result"]
+
+
+def test_validation_compares_the_pods_gpus_with_what_the_kubelet_assigned(nodes, gpu_nodes, fleet):
+    rc, result = validate_daemon_node(fleet)
+    devices = result["pod"]["devices"]
+    assert rc == 0 and result["passed"], result
+    # The UUIDs NVML listed in the pod are the kubelet's (its pod-resources API), and are
+    # this node's own GPUs.
+    assert devices["result"] == "match" and devices["seen"] == devices["assigned"], devices
+    assert len(devices["seen"]) == 1 and devices["seen"][0] in h100_uuids(), devices
+
+
+def test_validation_fails_when_the_pod_sees_other_gpus_than_it_was_given(nodes, gpu_nodes, fleet):
+    # Without the node's profile in the pod, NVIDIA's mock lists its default GPUs: not the
+    # one the kubelet assigned.
+    rc, result = validate_daemon_node(fleet, gpu_validation_host_mounts=[])
+    devices = result["pod"]["devices"]
+    assert rc != 0 and not result["passed"], result
+    assert devices["result"] == "differ" and devices["assigned"][0] in h100_uuids(), devices
+    pod = "default/gpuops-validate-" + DAEMON_NODE
+    seen, assigned = ", ".join(devices["seen"]), devices["assigned"][0]
+    assert result["reasons"] == [
+        f"test pod {pod} saw GPUs {seen} through NVML, but the kubelet assigned it {assigned}"
+        f" (pod-resources API): not assigned {seen}: not seen {assigned}"
+    ], result
+
+
 # --- last: playbooks/uninstall.yml gives each node back as it was ------------------------
 
 
