@@ -10,6 +10,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 import tomllib
 from pathlib import Path
 
@@ -29,7 +31,8 @@ EXPECTED = {
 }
 CONTAINERD_NODES = ["gpuops-node-1", "gpuops-node-2"]
 DOCKER_NODE = "gpuops-node-3"
-# Where gpuops's device plugin serves the kubelet (its wheelhouse is for Debian 12's Python).
+# gpuops's device plugin serves the kubelet on the containerd nodes; the GPU-pair and
+# validation tests use the H100 node with NVSwitch.
 DAEMON_NODE = "gpuops-node-1"
 GPU_PLAYBOOK = Path(__file__).parent / "playbooks" / "lab_nodes_gpu.yml"
 
@@ -212,7 +215,7 @@ def fleet(tmp_path_factory):
 @pytest.fixture(scope="module")
 def gpu_nodes(nodes, fleet):
     """The nodes with the driver package, the toolkit and the nvidia runtime, converged."""
-    extra_vars = {"lab_docker_nodes": [DOCKER_NODE], "lab_daemon_nodes": [DAEMON_NODE]}
+    extra_vars = {"lab_docker_nodes": [DOCKER_NODE], "lab_daemon_nodes": CONTAINERD_NODES}
     first = playbook_changes(GPU_PLAYBOOK, extra_vars, fleet)
     second = playbook_changes(GPU_PLAYBOOK, extra_vars, fleet)
     # Only what is not there: cluster_addons owns the nvidia one where a test made it.
@@ -450,6 +453,119 @@ def test_validation_fails_when_the_pod_sees_other_gpus_than_it_was_given(nodes, 
     ], result
 
 
+UPGRADED = "560.35.03"
+HOSTNAME_IN = {"key": "kubernetes.io/hostname", "operator": "In", "values": CONTAINERD_NODES}
+ON_CONTAINERD_NODES = {"nodeSelectorTerms": [{"matchExpressions": [HOSTNAME_IN]}]}
+ONE_GPU = {"limits": {"nvidia.com/gpu": 1}}
+GPU_APP_CONTAINER = nvml_query_container(command=["sleep", "3600"], resources=ONE_GPU)
+ROLLING_APP = {
+    "apiVersion": "apps/v1",
+    "kind": "Deployment",
+    "metadata": {"name": "rolling-gpu-app", "namespace": "default"},
+    "spec": {
+        "replicas": len(CONTAINERD_NODES),
+        "selector": {"matchLabels": {"app": "rolling-gpu-app"}},
+        "template": {
+            "metadata": {"labels": {"app": "rolling-gpu-app"}},
+            "spec": {
+                "terminationGracePeriodSeconds": 1,
+                "runtimeClassName": "nvidia",
+                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                "affinity": {
+                    # One replica on each containerd node, never two on one.
+                    "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": ON_CONTAINERD_NODES},
+                    "podAntiAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": [
+                            {
+                                "labelSelector": {"matchLabels": {"app": "rolling-gpu-app"}},
+                                "topologyKey": "kubernetes.io/hostname",
+                            }
+                        ]
+                    },
+                },
+                "containers": [GPU_APP_CONTAINER],
+                "volumes": [PROFILE_VOLUME],
+            },
+        },
+    },
+}
+
+
+def cluster_sample(nodes):
+    """(cordoned nodes, nodes with a running GPU app pod), from the API server now."""
+    cordoned = {n["metadata"]["name"] for n in nodes.get("nodes")["items"] if n["spec"].get("unschedulable")}
+    pods = nodes.get("pods", "-l", "app=rolling-gpu-app")["items"]
+    running = {p["spec"].get("nodeName") for p in pods if p["status"].get("phase") == "Running"}
+    return frozenset(cordoned), frozenset(running)
+
+
+def upgrade_containerd_nodes(fleet):
+    """playbooks/upgrade_driver.yml (serial 1) on the containerd nodes, with make site's
+    settings (inventories/lab: the validation pod's image and checks); changed tasks."""
+    args = (
+        *("-i", str(ROOT / "inventories" / "lab"), "-i", str(fleet), "--limit", ",".join(CONTAINERD_NODES)),
+        *(
+            str(ROOT / "playbooks" / "upgrade_driver.yml"),
+            "-e",
+            json.dumps({"driver_upgrade_version": UPGRADED}),
+        ),
+    )
+    proc, plays = run_ansible("ansible-playbook", *args, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return [
+        (host, task["task"]["name"])
+        for play in plays
+        for task in play["tasks"]
+        for host, result in task["hosts"].items()
+        if result.get("changed")
+    ]
+
+
+def test_a_rolling_driver_upgrade_keeps_a_gpu_pod_running_on_the_other_node(nodes, gpu_nodes, fleet):
+    nodes.kubectl("apply", "-f", "-", stdin=json.dumps(ROLLING_APP))
+    try:
+        nodes.wait(
+            "a GPU app pod running on each containerd node",
+            lambda: cluster_sample(nodes)[1] == set(CONTAINERD_NODES),
+            120,
+        )
+        samples, done = [], threading.Event()
+
+        def watch():
+            while not done.is_set():
+                samples.append(cluster_sample(nodes))
+                time.sleep(0.5)
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        try:
+            changed = upgrade_containerd_nodes(fleet)
+        finally:
+            done.set()
+            watcher.join(30)
+        # Node by node: each was cordoned on its own, and all the while the GPU app ran on
+        # the other one. The CDI specification was regenerated for the new driver on each.
+        cordoned = [c for c, _running in samples if c]
+        assert {frozenset([n]) for n in CONTAINERD_NODES} <= set(cordoned), [sorted(c) for c in set(cordoned)]
+        assert all(len(c) == 1 for c in cordoned), [sorted(c) for c in set(cordoned)]
+        for c, running in samples:
+            for node in c:
+                (other,) = set(CONTAINERD_NODES) - {node}
+                assert other in running, (c, running)
+        regenerated = "gpuops.k8s.driver_upgrade : Regenerate the CDI specification for the new driver"
+        assert {host for host, task in changed if task == regenerated} == set(CONTAINERD_NODES), changed
+        rc, hosts = ansible("--limit", ",".join(CONTAINERD_NODES), "-m", "ansible.builtin.command", "-a",
+                            "dpkg-query -W -f ${Version} gpuops-lab-driver")  # fmt: skip
+        assert rc == 0 and {h: r["stdout"] for h, r in hosts.items()} == dict.fromkeys(
+            CONTAINERD_NODES, UPGRADED + "-1"
+        )
+        assert not any(n["spec"].get("unschedulable") for n in nodes.get("nodes")["items"])
+        # Done is done: a second run finds each node at the version and changes nothing.
+        assert upgrade_containerd_nodes(fleet) == []
+    finally:
+        nodes.kubectl("delete", "deployment", "rolling-gpu-app", "--ignore-not-found", "--wait=true")
+
+
 # --- last: playbooks/uninstall.yml gives each node back as it was ------------------------
 
 
@@ -505,7 +621,9 @@ def test_uninstall_gives_the_nodes_back_as_they_were(nodes, gpu_nodes, fleet):
     for name, result in hosts.items():
         # No toolkit, its source, the plugin's service or the drift guard; the driver stays,
         # and so does the repository nvidia_driver declared for it.
-        assert result["stdout"].splitlines() == ["gpuops-nvidia-driver.list", "550.163.01-1"], (
+        # The containerd nodes run the driver the rolling upgrade put there.
+        driver = UPGRADED + "-1" if name in CONTAINERD_NODES else "550.163.01-1"
+        assert result["stdout"].splitlines() == ["gpuops-nvidia-driver.list", driver], (
             name,
             result["stdout"],
         )
