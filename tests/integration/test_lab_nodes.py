@@ -413,6 +413,35 @@ def test_the_daemon_serves_the_real_kubelet_and_a_pod_sees_exactly_its_gpus(node
     assert len(assigned) == 2
     assert sorted(seen["uuids"]) == sorted(assigned), (seen, assigned)
     assert len(seen["dev"]) == 2 + 3  # two GPUs, nvidiactl, nvidia-uvm, nvidia-uvm-tools
+    # The pair the plugin prefers, through the kubelet's GetPreferredAllocation: every pair
+    # has 18 NVLinks through the NVSwitches, so the PCIe path decides, and a pair on one
+    # socket beats one across sockets (a pick without preference: 16 of 28 pairs across).
+    sockets = gpu_sockets()
+    assert len({sockets[uuid] for uuid in assigned}) == 1, {uuid: sockets[uuid] for uuid in assigned}
+
+
+def gpu_sockets():
+    """{GPU UUID: the NUMA node of its PCIe root complex}, from the H100 profile."""
+    profile = yaml.safe_load(H100.read_text())
+    numa = {
+        bus.upper(): root["numa_node"]
+        for root in profile["pcie_topology"]["root_complexes"]
+        for bus in root["devices"]
+    }
+    return {device["uuid"]: numa[device["pci"]["bus_id"].upper()] for device in profile["devices"]}
+
+
+def test_four_gpus_asked_for_are_one_sockets_four(nodes, gpu_nodes):
+    # All four GPUs of one socket (a pick without preference: 2 sets of 70).
+    container = nvml_query_container(resources={"limits": {"nvidia.com/gpu": 4}})
+    pod, log = run_pod(
+        nodes, "gpu-four", DAEMON_NODE, container, runtime_class="nvidia", volumes=[PROFILE_VOLUME]
+    )
+    assigned = kubelet_assignments(DAEMON_NODE)[pod["metadata"]["uid"]]
+    sockets = gpu_sockets()
+    socket = sockets[assigned[0]]
+    assert sorted(assigned) == sorted(uuid for uuid, s in sockets.items() if s == socket), assigned
+    assert sorted(json.loads(log)["uuids"]) == sorted(assigned)
 
 
 def validate_daemon_node(fleet, **extra_vars):
