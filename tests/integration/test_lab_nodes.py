@@ -444,17 +444,24 @@ def test_four_gpus_asked_for_are_one_sockets_four(nodes, gpu_nodes):
     assert sorted(json.loads(log)["uuids"]) == sorted(assigned)
 
 
+def playbook_on(playbook, hosts, fleet, **extra_vars):
+    """PLAYBOOK on HOSTS with make site's settings (inventories/lab): its return code, and
+    each task's name and per-host results, in the order they ran."""
+    args = (
+        *("-i", str(ROOT / "inventories" / "lab"), "-i", str(fleet), "--limit", ",".join(hosts)),
+        *(str(ROOT / "playbooks" / playbook), "-e", json.dumps(extra_vars)),
+    )
+    proc, plays = run_ansible("ansible-playbook", *args, timeout=900)
+    tasks = [task for play in plays for task in play["tasks"]]
+    return proc.returncode, [(task["task"]["name"], task["hosts"]) for task in tasks]
+
+
 def validate_daemon_node(fleet, **extra_vars):
     """playbooks/validate.yml on DAEMON_NODE with make site's settings (inventories/lab):
     its return code and the node's result as gpu_validation recorded it."""
-    args = (
-        *("-i", str(ROOT / "inventories" / "lab"), "-i", str(fleet), "--limit", DAEMON_NODE),
-        *(str(ROOT / "playbooks" / "validate.yml"), "-e", json.dumps(extra_vars)),
-    )
-    proc, plays = run_ansible("ansible-playbook", *args, timeout=600)
-    tasks = {task["task"]["name"]: task["hosts"] for play in plays for task in play["tasks"]}
-    result = tasks["gpuops.k8s.gpu_validation : Record this node's result"][DAEMON_NODE]
-    return proc.returncode, result["ansible_facts"]["gpu_validation_result"]
+    rc, tasks = playbook_on("validate.yml", [DAEMON_NODE], fleet, **extra_vars)
+    result = dict(tasks)["gpuops.k8s.gpu_validation : Record this node's result"][DAEMON_NODE]
+    return rc, result["ansible_facts"]["gpu_validation_result"]
 
 
 def test_validation_compares_the_pods_gpus_with_what_the_kubelet_assigned(nodes, gpu_nodes, fleet):
@@ -480,6 +487,37 @@ def test_validation_fails_when_the_pod_sees_other_gpus_than_it_was_given(nodes, 
         f"test pod {pod} saw GPUs {seen} through NVML, but the kubelet assigned it {assigned}"
         f" (pod-resources API): not assigned {seen}: not seen {assigned}"
     ], result
+
+
+def allocatable(nodes, node):
+    return nodes.get("node", node)["status"]["allocatable"].get("nvidia.com/gpu")
+
+
+def test_a_stopped_plugin_is_found_on_its_node_only_and_fails_its_validation(nodes, gpu_nodes, fleet):
+    faulted, healthy = CONTAINERD_NODES[1], CONTAINERD_NODES[0]
+    service = ("--limit", faulted, "-m", "ansible.builtin.systemd_service", "-a")
+    rc, hosts = ansible(*service, "name=gpuops-device-plugin state=stopped")
+    assert rc == 0, hosts
+    try:
+        # The kubelet marks the plugin's GPUs unhealthy once its socket is gone.
+        nodes.wait("no allocatable GPU on " + faulted, lambda: allocatable(nodes, faulted) == "0", 60)
+        rc, tasks = playbook_on("doctor.yml", CONTAINERD_NODES, fleet, gpu_doctor_fail_on_findings=False)
+        findings = {
+            host: [f["check"] for f in result["ansible_facts"]["gpu_doctor_findings"]]
+            for host, result in dict(tasks)["gpuops.k8s.gpu_doctor : Diagnose the node"].items()
+        }
+        assert rc == 0 and "plugin" in findings[faulted] and "plugin" not in findings[healthy], findings
+        rc, tasks = playbook_on("validate.yml", [faulted], fleet, gpu_validation_allocatable_wait=0)
+        result = dict(tasks)["gpuops.k8s.gpu_validation : Record this node's result"][faulted]
+        result = result["ansible_facts"]["gpu_validation_result"]
+        assert rc != 0 and result["reasons"] == [
+            "allocatable nvidia.com/gpu is 0, expected 8: the device plugin is not running or not "
+            "registered with the kubelet"
+        ], result
+    finally:
+        rc, hosts = ansible(*service, "name=gpuops-device-plugin state=started")
+        assert rc == 0, hosts
+        nodes.wait("8 GPUs allocatable on " + faulted, lambda: allocatable(nodes, faulted) == "8", 60)
 
 
 UPGRADED = "560.35.03"
@@ -531,23 +569,10 @@ def cluster_sample(nodes):
 def upgrade_containerd_nodes(fleet):
     """playbooks/upgrade_driver.yml (serial 1) on the containerd nodes, with make site's
     settings (inventories/lab: the validation pod's image and checks); changed tasks."""
-    args = (
-        *("-i", str(ROOT / "inventories" / "lab"), "-i", str(fleet), "--limit", ",".join(CONTAINERD_NODES)),
-        *(
-            str(ROOT / "playbooks" / "upgrade_driver.yml"),
-            "-e",
-            json.dumps({"driver_upgrade_version": UPGRADED}),
-        ),
-    )
-    proc, plays = run_ansible("ansible-playbook", *args, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return [
-        (host, task["task"]["name"])
-        for play in plays
-        for task in play["tasks"]
-        for host, result in task["hosts"].items()
-        if result.get("changed")
-    ]
+    rc, tasks = playbook_on("upgrade_driver.yml", CONTAINERD_NODES, fleet, driver_upgrade_version=UPGRADED)
+    results = [(name, host, result) for name, hosts in tasks for host, result in hosts.items()]
+    assert rc == 0, [(name, host, r.get("msg")) for name, host, r in results if r.get("failed")]
+    return [(host, name) for name, host, result in results if result.get("changed")]
 
 
 def test_a_rolling_driver_upgrade_keeps_a_gpu_pod_running_on_the_other_node(nodes, gpu_nodes, fleet):
