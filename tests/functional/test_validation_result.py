@@ -1,0 +1,96 @@
+# Copyright (c) gpuops.k8s contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""gpu_validation's verdict for one node (roles/gpu_validation/templates/result.json.j2),
+rendered by the real ansible-playbook from what the role's tasks register: the failures
+that the counts alone would miss or leave unexplained."""
+
+import json
+
+from resolve import resolve, template_expr
+
+LOST = {"index": 3, "error": "GPU is lost", "nvml_code": 15}
+
+
+def node_result(tmp_path, *, lost=(), container_state=None, log="", warnings=()):
+    """The node's result: 8 GPUs less the LOST ones found and allocatable, and a test pod
+    (the CUDA sample's default check) in CONTAINER_STATE with LOG and the kubelet's
+    WARNINGS on it."""
+    found = 8 - len(lost)
+    state = container_state or {"terminated": {"exitCode": 0, "reason": "Completed"}}
+    ended = state.get("terminated")
+    phase = "Pending" if not ended else "Succeeded" if ended["exitCode"] == 0 else "Failed"
+    extra = {
+        "gpu_validation_gpu": {"gpu_count": found, "lost_gpus": list(lost), "nvml": {"available": True}},
+        "gpu_validation_found": found,
+        "gpu_validation_expected": found,
+        "gpu_validation_allocatable": found,
+        "gpu_validation_pod": {
+            "resources": [{"status": {"phase": phase, "containerStatuses": [{"state": state}]}}]
+        },
+        "gpu_validation_log": {"log": log},
+        "gpu_validation_pod_warnings": {"resources": list(warnings)},
+        "gpu_validation_compare_devices": "off",
+    }
+    exprs = {"result": template_expr("gpu_validation", "result.json.j2")}
+    rendered = resolve("gpuops-node-1,", [], exprs=exprs, extra=extra, tmp_path=tmp_path)
+    result = rendered["gpuops-node-1"]["result"]
+    return result if isinstance(result, dict) else json.loads(result)
+
+
+def test_a_healthy_node_passes(tmp_path):
+    result = node_result(tmp_path, log="Test PASSED\n")
+    assert result["passed"] and result["reasons"] == [], result
+
+
+def test_a_lost_gpu_fails_the_node_though_allocatable_equals_the_gpus_left(tmp_path):
+    # The plugin stops advertising a lost GPU and gpu_info leaves it out: 7 = 7, and the
+    # test pod gets a healthy GPU. Only gpu_info's lost_gpus tells.
+    result = node_result(tmp_path, lost=[LOST], log="Test PASSED\n")
+    assert not result["passed"], result
+    assert result["reasons"] == [
+        "GPU 3 does not answer NVML (GPU is lost): lost or fallen off the bus; drain the node, "
+        "then reset or replace it"
+    ], result
+
+
+# containerd's error when the runtime a RuntimeClass names is not on the node.
+NO_RUNTIME = (
+    "failed to create containerd task: failed to create shim task: OCI runtime create failed: "
+    "fork/exec /usr/bin/nvidia-container-runtime: no such file or directory: unknown"
+)
+
+
+def test_a_container_the_runtime_could_not_start_names_the_runtimes_error(tmp_path):
+    # nvidia not the default runtime: the sandbox starts on runc, the container fails.
+    state = {"terminated": {"exitCode": 128, "reason": "StartError", "message": NO_RUNTIME}}
+    result = node_result(tmp_path, container_state=state)
+    assert not result["passed"], result
+    assert result["reasons"] == ["test pod failed with exit code 128 (StartError: %s)" % NO_RUNTIME], result
+
+
+def test_a_pod_that_never_starts_names_the_kubelets_newest_warning(tmp_path):
+    # nvidia the default runtime: not even the sandbox starts, and the pod stays Pending.
+    def warning(created, message):
+        return {
+            "metadata": {"creationTimestamp": created},
+            "reason": "FailedCreatePodSandBox",
+            "message": message,
+        }
+
+    warnings = [
+        warning("2026-11-25T10:00:09Z", "Failed: " + NO_RUNTIME),
+        warning("2026-11-25T10:00:01Z", "older"),
+    ]
+    state = {"waiting": {"reason": "ContainerCreating"}}
+    result = node_result(tmp_path, container_state=state, warnings=warnings)
+    assert result["reasons"] == [
+        "test pod did not finish within 300 s (phase Pending, ContainerCreating): "
+        "FailedCreatePodSandBox: Failed: " + NO_RUNTIME
+    ], result
+
+
+def test_a_test_that_fails_in_its_container_shows_its_log(tmp_path):
+    state = {"terminated": {"exitCode": 1, "reason": "Error"}}
+    result = node_result(tmp_path, container_state=state, log="NVML: Driver Not Loaded\n")
+    assert result["reasons"] == ["test pod failed with exit code 1: NVML: Driver Not Loaded"], result
