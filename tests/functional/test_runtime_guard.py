@@ -61,11 +61,13 @@ CONTAINERD = {
 FAKE_SYSTEMCTL = """\
 #!/bin/sh
 # Records each call; restart exits with $dir/restart_rc (default 0); is-active answers the
-# first line of $dir/answers (consumed), else "active".
+# first line of $dir/answers (consumed), else "active"; show answers $dir/invocation (the
+# service's InvocationID, which a test changes to say "started again by someone else").
 dir=$(dirname "$0")
 echo "$*" >> "$dir/calls"
 case "$1" in
   restart) exit "$(cat "$dir/restart_rc" 2>/dev/null || echo 0)" ;;
+  show) cat "$dir/invocation" 2>/dev/null ;;
   is-active)
     if [ -s "$dir/answers" ]; then head -n 1 "$dir/answers"; sed -i 1d "$dir/answers"; else echo active; fi
     ;;
@@ -108,10 +110,11 @@ class Node:
         )
 
     def calls(self):
+        """What the guard asked systemctl to do (its show queries left out)."""
         path = self.bin / "calls"
         calls = path.read_text().splitlines() if path.exists() else []
         path.unlink(missing_ok=True)
-        return calls
+        return [call for call in calls if not call.startswith("show ")]
 
     def state(self):
         return json.loads((self.root / "state" / "state.json").read_text())
@@ -218,6 +221,24 @@ def test_a_tool_rewriting_the_same_file_without_the_runtime_costs_a_repair_not_a
         assert node.calls() == []
         assert dumped(2, config)["default_runtime_name"] == "nvidia"
     assert node.state()["last_run"]["restarted"] is False
+
+
+def test_a_runtime_started_again_without_the_entry_is_restarted_after_the_repair(tmp_path):
+    # The tool that dropped the entry restarted containerd (or the guard was down when it
+    # did): containerd runs without the runtime now, whatever the guard recorded before.
+    node, config = containerd_node(tmp_path, 2)
+    (node.bin / "invocation").write_text("1f0c-first-start\n")
+    settled(node)
+    config.write_text(SITE_V2)
+    (node.bin / "invocation").write_text("7d2a-started-again-by-the-tool\n")
+    proc = node.guard()
+    assert proc.returncode == 0, proc.stderr
+    assert "restored the nvidia runtime" in proc.stderr and "no restart" not in proc.stderr, proc.stderr
+    assert node.calls() == ["restart containerd", "is-active containerd"]
+    # Not started again since: the record holds, and the same rewrite costs no restart.
+    config.write_text(SITE_V2)
+    proc = node.guard()
+    assert "no restart" in proc.stderr and node.calls() == [], proc.stderr
 
 
 def test_without_a_record_the_guard_decides_the_restart_as_nvidia_runtime_does(tmp_path):

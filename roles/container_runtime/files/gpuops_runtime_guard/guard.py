@@ -13,11 +13,13 @@ back), or the same files already failed that way; 2 a file cannot be parsed or e
 (left untouched); 3 bad parameters.
 
 When to restart: the guard remembers (state.json) the effective configuration the runtime
-was last restarted with or last seen in sync ("applied"). A repair restarts the runtime
-only when the repaired data differ from it, so a tool that keeps rewriting the same file
-without the NVIDIA runtime costs a file repair each time, not a runtime restart. Without
-that memory (first run) it decides as nvidia_runtime does: the effective data before and
-after the repair differ.
+was last restarted with or last seen in sync ("applied"), and which start of the runtime's
+service that was (systemd's InvocationID). A repair restarts the runtime only when the
+repaired data differ from it, so a tool that keeps rewriting the same file without the
+NVIDIA runtime costs a file repair each time, not a runtime restart. Without that memory
+(first run), or when the runtime has been started again since (by the tool that dropped
+the entry, say: it then runs without it), it decides as nvidia_runtime does: the effective
+data before and after the repair differ.
 """
 
 import argparse
@@ -192,6 +194,28 @@ def restart(params):
     return True, ""
 
 
+def invocation(params):
+    """The runtime service's current start (systemd's InvocationID), or "" if unknown."""
+    rc_, out, _err = systemctl(params, "show", "--property=InvocationID", "--value", params["service"])
+    return out if rc_ == 0 else ""
+
+
+def remember(params, state, applied):
+    """Record APPLIED as what the runtime runs with, in its current start."""
+    state["applied"] = applied
+    state["applied_invocation"] = invocation(params) if applied else None
+
+
+def recorded(params, state):
+    """What the runtime runs with, as recorded; None when unknown: no record, or the
+    runtime started again since (by whoever dropped the entry), so it runs with the files
+    as they are now."""
+    applied = state.get("applied")
+    if applied and state.get("applied_invocation", "") != invocation(params):
+        return None
+    return applied
+
+
 @contextlib.contextmanager
 def locked(state_dir):
     os.makedirs(state_dir, 0o755, exist_ok=True)
@@ -228,7 +252,7 @@ def roll_back(params, state, change, why):
             FILES.remove(path)
     back, why_back = restart(params)
     state["failed"] = change["inputs"]
-    state["applied"] = effective_digest(runtime, before) if back else None
+    remember(params, state, effective_digest(runtime, before) if back else None)
     return (
         "%s did not come back after the %s runtime was restored in %s: %s. Restored the files as "
         "they were and restarted %s: %s. The guard will not repair these files again until they "
@@ -276,7 +300,7 @@ def repair(params, state, log):
         if not changed:
             if attempt == 0:
                 log(INFO, "in sync: %s declares the %s runtime as configured; nothing to do" % (files, name))
-            state["applied"] = after
+            remember(params, state, after)
             state.pop("failed", None)
             return OK, outcome
 
@@ -291,7 +315,7 @@ def repair(params, state, log):
             outcome.update(result="failed_before", message=message)
             return FAILED, outcome
 
-        applied = state.get("applied")
+        applied = recorded(params, state)
         needs_restart = after != applied if applied else module_restart
         existed = {path: planned.existed[path] for path in changed}
         backups = rp.apply(changed, params["backup"], FILES)
@@ -309,7 +333,7 @@ def repair(params, state, log):
         )
         if not needs_restart:
             log(INFO, "no restart: %s already runs with this effective configuration" % service)
-            state["applied"] = after
+            remember(params, state, after)
             state.pop("failed", None)
             continue
 
@@ -318,7 +342,7 @@ def repair(params, state, log):
         if ok:
             log(NOTICE, "restarted %s (%.1f s); it is active" % (service, time.monotonic() - started))
             outcome["restarted"] = True
-            state["applied"] = after
+            remember(params, state, after)
             state.pop("failed", None)
             continue
 
