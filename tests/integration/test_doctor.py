@@ -1,8 +1,10 @@
 # Copyright (c) gpuops.k8s contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""playbooks/doctor.yml on the lab node (the single-host inventory): healthy, then one
-injected fault at a time, each found with its own message."""
+"""playbooks/doctor.yml on the lab node (the single-host inventory): healthy, and a driver
+library that cannot be found. The faults on a GPU node (plugin stopped, runtime binary
+removed, runtime dropped from containerd's config, GPU lost) are test_lab_nodes.py's, on
+real Kubernetes nodes, each found on its node only."""
 
 from __future__ import annotations
 
@@ -10,12 +12,8 @@ import json
 from pathlib import Path
 
 import pytest
-from dp_harness import MockFaults
 
 ROOT = Path(__file__).resolve().parents[2]
-CONTAINERD_TOML = Path("/var/lib/gpuops-lab/containerd.toml")
-# NVIDIA's mock NVML's runtime overrides on the lab node (lab/cluster.py MOCK_OVERRIDES).
-MOCK_OVERRIDES = Path("/run/gpuops-lab/mocknvml-overrides.yaml")
 
 
 def doctor(lab, tmp_path, extra=None):
@@ -43,50 +41,6 @@ def healthy_lab(lab):
 def test_healthy_node_has_no_findings(healthy_lab, tmp_path):
     proc, findings = doctor(healthy_lab, tmp_path)
     assert proc.returncode == 0 and findings == [], findings
-
-
-def test_plugin_stopped(healthy_lab, tmp_path):
-    healthy_lab.control("stop", "device-plugin")
-    try:
-        proc, findings = doctor(healthy_lab, tmp_path)
-    finally:
-        healthy_lab.control("start", "device-plugin")
-    assert proc.returncode != 0
-    assert checks(findings)["plugin"].startswith("no device plugin socket in /var/lib/kubelet/device-plugins")
-    assert "gpuops-lab [plugin] no device plugin socket" in proc.stdout
-
-
-def test_nvidia_runtime_removed_from_the_config(healthy_lab, tmp_path):
-    original = CONTAINERD_TOML.read_text()
-    # As a tool that rewrites the file without our entry would: every runtimes.nvidia table
-    # goes, with its lines, wherever it stands and however it is indented.
-    kept, in_nvidia = [], False
-    for line in original.splitlines():
-        if line.lstrip().startswith("["):
-            in_nvidia = "runtimes.nvidia" in line
-        if not in_nvidia:
-            kept.append(line)
-    kept = "\n".join(kept) + "\n"
-    assert "runtimes.nvidia" not in kept and "restrict_oom_score_adj" in kept
-    CONTAINERD_TOML.write_text(kept)
-    try:
-        _proc, findings = doctor(healthy_lab, tmp_path)
-    finally:
-        CONTAINERD_TOML.write_text(original)
-    assert (
-        checks(findings)["runtime"]
-        == "the nvidia runtime is missing from (or differs in) %s" % CONTAINERD_TOML
-    )
-
-
-def test_gpu_lost(healthy_lab, tmp_path):
-    faults = MockFaults(MOCK_OVERRIDES)
-    faults.inject("lost-3")
-    try:
-        _proc, findings = doctor(healthy_lab, tmp_path)
-    finally:
-        faults.clear()
-    assert checks(findings)["nvml"].startswith("GPU 3 is lost")
 
 
 def test_driver_library_missing(healthy_lab, tmp_path):

@@ -420,6 +420,94 @@ def test_the_daemon_serves_the_real_kubelet_and_a_pod_sees_exactly_its_gpus(node
     assert len({sockets[uuid] for uuid in assigned}) == 1, {uuid: sockets[uuid] for uuid in assigned}
 
 
+# What the device_plugin role installed on a node, read there in one go (it was molecule's
+# device_plugin scenario; the lab's nodes run the role whole, for a real kubelet).
+INSTALL_PROBE = """
+import glob, json, os, subprocess, urllib.request
+def run(command):
+    proc = subprocess.run(command, shell=True, capture_output=True, text=True)
+    return {"rc": proc.returncode, "out": proc.stdout.strip(), "err": proc.stderr.strip()}
+home = "/opt/gpuops-device-plugin"
+props = ("ActiveState UnitFileState NoNewPrivileges ProtectSystem ProtectHome PrivateTmp "
+         "CapabilityBoundingSet RestrictNamespaces ReadWritePaths ExecStart Environment")
+site = glob.glob(home + "/venv/lib/python3*/site-packages/gpuops_device_plugin")[0]
+with open("/tmp/bad-config.yaml", "w") as bad:
+    bad.write("flags:\\n  migStrategy: sometimes\\n")
+print(json.dumps({
+    "unit": {p: run("systemctl show -P %s gpuops-device-plugin" % p)["out"] for p in props.split()},
+    "pip_show": run(home + "/venv/bin/python -m pip show gpuops-device-plugin")["out"],
+    "pip_check": run(home + "/venv/bin/python -m pip check")["rc"],
+    "shared_module": open(site + "/_nvml_discovery.py").read().count("def discover("),
+    "shared_is_link": os.path.islink(site + "/_nvml_discovery.py"),
+    "compiled": os.path.isdir(site + "/__pycache__"),
+    "src": run("cd %s/src && find . -type f | sort" % home)["out"].split(),
+    "old_lib": os.path.exists(home + "/lib"),
+    "bin_link": os.readlink(home + "/bin/gpuops-device-plugin"),
+    "config_mode": oct(os.stat("/etc/gpuops-device-plugin/config.yaml").st_mode & 0o777),
+    "config": open("/etc/gpuops-device-plugin/config.yaml").read(),
+    "metrics": urllib.request.urlopen("http://127.0.0.1:9402/metrics", timeout=5).read().decode(),
+    "bad_config": run(home + "/bin/gpuops-device-plugin --check-config --config-file /tmp/bad-config.yaml"),
+    "journal": run("journalctl -u gpuops-device-plugin --no-pager -o cat")["out"],
+}))
+"""
+HARDENING = {
+    "NoNewPrivileges": "yes",
+    "ProtectSystem": "strict",
+    "ProtectHome": "yes",
+    "PrivateTmp": "yes",
+    "CapabilityBoundingSet": "",
+    "RestrictNamespaces": "yes",
+    "ReadWritePaths": "/var/lib/kubelet/device-plugins",
+}
+
+
+def test_the_daemon_is_the_roles_hardened_service_from_a_wheel_built_on_the_node(nodes, gpu_nodes):
+    rc, hosts = ansible(
+        "--limit",
+        DAEMON_NODE,
+        "-m",
+        "ansible.builtin.copy",
+        "-a",
+        json.dumps({"dest": "/root/install-probe.py", "content": INSTALL_PROBE}),
+    )
+    assert rc == 0, hosts
+    rc, hosts = ansible(
+        "--limit", DAEMON_NODE, "-m", "ansible.builtin.command", "-a", "python3 /root/install-probe.py"
+    )
+    assert rc == 0, hosts
+    found = json.loads(hosts[DAEMON_NODE]["stdout"])
+    unit, command = found["unit"], "/opt/gpuops-device-plugin/venv/bin/gpuops-device-plugin"
+    assert (unit["ActiveState"], unit["UnitFileState"]) == ("active", "enabled"), unit
+    assert {prop: unit[prop] for prop in HARDENING} == HARDENING
+    # The venv's console script, with no PYTHONPATH: the daemon is a wheel in the venv,
+    # its dependencies the role's pins, the module shared with the collection a file.
+    assert (
+        "path=%s ;" % command in unit["ExecStart"]
+        and "argv[]=%s --config-file " % command in unit["ExecStart"]
+    )
+    assert "PYTHONPATH" not in unit["Environment"], unit
+    version = yaml.safe_load((ROOT / "galaxy.yml").read_text())["version"]
+    assert "Name: gpuops-device-plugin" in found["pip_show"] and "Version: " + version in found["pip_show"]
+    assert found["pip_check"] == 0 and found["shared_module"] == 1 and not found["shared_is_link"], found
+    # Compiled at install: the service cannot write bytecode under ProtectSystem=strict.
+    assert found["compiled"], found
+    # Only the build source reached the node: no tests, no bytecode, no old PYTHONPATH copy.
+    src = found["src"]
+    assert "./pyproject.toml" in src and "./gpuops_device_plugin/daemon.py" in src, src
+    assert not [f for f in src if "/tests/" in f or "__pycache__" in f or f.endswith(".pyc")], src
+    assert not found["old_lib"] and found["bin_link"] == command, found
+    # The configuration lab_nodes_gpu.yml gave, validated and written; metrics served.
+    assert found["config_mode"] == "0o644" and "quietPeriodSeconds: 10" in found["config"], found
+    healthy = 'gpuops_device_plugin_devices{health="Healthy",resource="nvidia.com/gpu"} 8.0'
+    assert healthy in found["metrics"].splitlines(), found["metrics"][:2000]
+    assert "registered nvidia.com/gpu with the kubelet (8 devices)" in found["journal"]
+    # The check the role's `validate:` runs: a bad value is refused with the field named.
+    bad = found["bad_config"]
+    assert (
+        bad["rc"] == 2 and "migStrategy: 'sometimes' is not valid; valid: none, single, mixed" in bad["err"]
+    ), bad
+
+
 def gpu_sockets():
     """{GPU UUID: the NUMA node of its PCIe root complex}, from the H100 profile."""
     profile = yaml.safe_load(H100.read_text())
@@ -456,16 +544,16 @@ def playbook_on(playbook, hosts, fleet, **extra_vars):
     return proc.returncode, [(task["task"]["name"], task["hosts"]) for task in tasks]
 
 
-def validate_daemon_node(fleet, **extra_vars):
-    """playbooks/validate.yml on DAEMON_NODE with make site's settings (inventories/lab):
-    its return code and the node's result as gpu_validation recorded it."""
-    rc, tasks = playbook_on("validate.yml", [DAEMON_NODE], fleet, **extra_vars)
-    result = dict(tasks)["gpuops.k8s.gpu_validation : Record this node's result"][DAEMON_NODE]
+def validation_on(fleet, node, **extra_vars):
+    """playbooks/validate.yml on NODE with make site's settings (inventories/lab): its
+    return code and the node's result as gpu_validation recorded it."""
+    rc, tasks = playbook_on("validate.yml", [node], fleet, **extra_vars)
+    result = dict(tasks)["gpuops.k8s.gpu_validation : Record this node's result"][node]
     return rc, result["ansible_facts"]["gpu_validation_result"]
 
 
 def test_validation_compares_the_pods_gpus_with_what_the_kubelet_assigned(nodes, gpu_nodes, fleet):
-    rc, result = validate_daemon_node(fleet)
+    rc, result = validation_on(fleet, DAEMON_NODE)
     devices = result["pod"]["devices"]
     assert rc == 0 and result["passed"], result
     # The UUIDs NVML listed in the pod are the kubelet's (its pod-resources API), and are
@@ -477,7 +565,7 @@ def test_validation_compares_the_pods_gpus_with_what_the_kubelet_assigned(nodes,
 def test_validation_fails_when_the_pod_sees_other_gpus_than_it_was_given(nodes, gpu_nodes, fleet):
     # Without the node's profile in the pod, NVIDIA's mock lists its default GPUs: not the
     # one the kubelet assigned.
-    rc, result = validate_daemon_node(fleet, gpu_validation_host_mounts=[])
+    rc, result = validation_on(fleet, DAEMON_NODE, gpu_validation_host_mounts=[])
     devices = result["pod"]["devices"]
     assert rc != 0 and not result["passed"], result
     assert devices["result"] == "differ" and devices["assigned"][0] in h100_uuids(), devices
@@ -493,31 +581,160 @@ def allocatable(nodes, node):
     return nodes.get("node", node)["status"]["allocatable"].get("nvidia.com/gpu")
 
 
-def test_a_stopped_plugin_is_found_on_its_node_only_and_fails_its_validation(nodes, gpu_nodes, fleet):
-    faulted, healthy = CONTAINERD_NODES[1], CONTAINERD_NODES[0]
-    service = ("--limit", faulted, "-m", "ansible.builtin.systemd_service", "-a")
-    rc, hosts = ansible(*service, "name=gpuops-device-plugin state=stopped")
+def doctor_findings(fleet):
+    """playbooks/doctor.yml on the containerd nodes: its return code and, per node, each
+    failed check's message."""
+    rc, tasks = playbook_on("doctor.yml", CONTAINERD_NODES, fleet, gpu_doctor_fail_on_findings=False)
+    return rc, {
+        host: {f["check"]: f["message"] for f in result["ansible_facts"]["gpu_doctor_findings"]}
+        for host, result in dict(tasks)["gpuops.k8s.gpu_doctor : Diagnose the node"].items()
+    }
+
+
+# Faults go on the second containerd node (Debian 13, containerd 1.7, the runtime as a
+# drop-in); the first is the healthy control.
+FAULTED, HEALTHY = CONTAINERD_NODES[1], CONTAINERD_NODES[0]
+
+
+def on_faulted(module, args):
+    """MODULE with ARGS (a string, or a dict of them) on the faulted node, over SSH with become."""
+    args = args if isinstance(args, str) else json.dumps(args)
+    rc, hosts = ansible("--limit", FAULTED, "-m", module, "-a", args)
     assert rc == 0, hosts
+    return hosts[FAULTED]
+
+
+def test_a_stopped_plugin_is_found_on_its_node_only_and_fails_its_validation(nodes, gpu_nodes, fleet):
+    on_faulted("ansible.builtin.systemd_service", "name=gpuops-device-plugin state=stopped")
     try:
         # The kubelet marks the plugin's GPUs unhealthy once its socket is gone.
-        nodes.wait("no allocatable GPU on " + faulted, lambda: allocatable(nodes, faulted) == "0", 60)
-        rc, tasks = playbook_on("doctor.yml", CONTAINERD_NODES, fleet, gpu_doctor_fail_on_findings=False)
-        findings = {
-            host: [f["check"] for f in result["ansible_facts"]["gpu_doctor_findings"]]
-            for host, result in dict(tasks)["gpuops.k8s.gpu_doctor : Diagnose the node"].items()
-        }
-        assert rc == 0 and "plugin" in findings[faulted] and "plugin" not in findings[healthy], findings
-        rc, tasks = playbook_on("validate.yml", [faulted], fleet, gpu_validation_allocatable_wait=0)
-        result = dict(tasks)["gpuops.k8s.gpu_validation : Record this node's result"][faulted]
-        result = result["ansible_facts"]["gpu_validation_result"]
+        nodes.wait("no allocatable GPU on " + FAULTED, lambda: allocatable(nodes, FAULTED) == "0", 60)
+        rc, findings = doctor_findings(fleet)
+        assert rc == 0 and "plugin" in findings[FAULTED] and "plugin" not in findings[HEALTHY], findings
+        rc, result = validation_on(fleet, FAULTED, gpu_validation_allocatable_wait=0)
         assert rc != 0 and result["reasons"] == [
             "allocatable nvidia.com/gpu is 0, expected 8: the device plugin is not running or not "
             "registered with the kubelet"
         ], result
     finally:
-        rc, hosts = ansible(*service, "name=gpuops-device-plugin state=started")
-        assert rc == 0, hosts
-        nodes.wait("8 GPUs allocatable on " + faulted, lambda: allocatable(nodes, faulted) == "8", 60)
+        on_faulted("ansible.builtin.systemd_service", "name=gpuops-device-plugin state=started")
+        nodes.wait("8 GPUs allocatable on " + FAULTED, lambda: allocatable(nodes, FAULTED) == "8", 60)
+
+
+RUNTIME_BINARY = "/usr/bin/nvidia-container-runtime"
+
+
+def test_a_removed_runtime_binary_is_found_on_its_node_only_and_fails_its_validation(nodes, gpu_nodes, fleet):
+    on_faulted("ansible.builtin.command", "mv %s %s.moved-by-test" % (RUNTIME_BINARY, RUNTIME_BINARY))
+    try:
+        rc, findings = doctor_findings(fleet)
+        assert rc == 0, findings
+        assert findings[FAULTED]["toolkit"] == RUNTIME_BINARY + " is missing (NVIDIA Container Toolkit)", (
+            findings
+        )
+        assert "toolkit" not in findings[HEALTHY], findings
+        # nvidia is the node's default runtime, so containerd cannot start even the pod's
+        # sandbox: the pod stays Pending, and the kubelet's warning on it is the reason.
+        rc, result = validation_on(fleet, FAULTED, gpu_validation_timeout=20)
+        assert rc != 0 and len(result["reasons"]) == 1, result
+        reason = result["reasons"][0]
+        assert reason.startswith(
+            "test pod did not finish within 20 s (phase Pending, ContainerCreating): FailedCreatePodSandBox: "
+        ), result
+        assert reason.endswith("fork/exec %s: no such file or directory: unknown" % RUNTIME_BINARY), result
+    finally:
+        on_faulted("ansible.builtin.command", "mv %s.moved-by-test %s" % (RUNTIME_BINARY, RUNTIME_BINARY))
+
+
+CONTAINERD_CONFIG = "/etc/containerd/config.toml"
+GUARD_UNITS = "gpuops-runtime-guard.path gpuops-runtime-guard.timer"
+# The guard's stated reaction: it repairs within seconds of the write (roles' docs).
+GUARD_REPAIR_BOUND = 30
+
+
+def test_the_runtime_dropped_by_another_tool_is_found_and_the_drift_guard_puts_it_back(
+    nodes, gpu_nodes, fleet
+):
+    sys.path.insert(0, str(ROOT / "lab"))
+    from nodes import containerd_config  # noqa: PLC0415 - the lab's own, found at run time
+
+    # Another tool writes the node's containerd configuration from its own template: no
+    # import of our drop-in, so no nvidia runtime once containerd restarts. The guard is
+    # down meanwhile, so the fault stays for the doctor and the validation to find.
+    on_faulted("ansible.builtin.command", "systemctl stop " + GUARD_UNITS)
+    try:
+        on_faulted("ansible.builtin.copy", {"dest": CONTAINERD_CONFIG, "content": containerd_config()})
+        on_faulted("ansible.builtin.systemd_service", {"name": "containerd", "state": "restarted"})
+        rc, findings = doctor_findings(fleet)
+        assert rc == 0, findings
+        assert findings[FAULTED]["runtime"] == (
+            "the nvidia runtime is missing from (or differs in) " + CONTAINERD_CONFIG
+        ), findings
+        assert "runtime" not in findings[HEALTHY], findings
+        rc, result = validation_on(fleet, FAULTED, gpu_validation_timeout=20)
+        assert rc != 0 and len(result["reasons"]) == 1, result
+        assert result["reasons"][0].startswith(
+            "test pod did not finish within 20 s (phase Pending, ContainerCreating): FailedCreatePodSandBox: "
+        ), result
+        assert 'no runtime for "nvidia" is configured' in result["reasons"][0], result
+    finally:
+        on_faulted("ansible.builtin.command", "systemctl start " + GUARD_UNITS)
+    # The tool writes its template again, now with the guard watching: the guard puts the
+    # runtime back and restarts containerd (which runs without it: the tool restarted it).
+    # Written and timed on the node itself, until containerd has started again with it.
+    template = "/root/site-tool-config.toml"
+    on_faulted(
+        "ansible.builtin.copy", {"dest": template, "content": containerd_config() + "# applied again\n"}
+    )
+    started = "systemctl show -p InvocationID --value containerd"
+    back = (
+        '[ "$(%s)" != "$before" ] && systemctl is-active -q containerd'
+        " && containerd config dump 2>/dev/null | grep -qF runtimes.nvidia]" % started
+    )
+    repaired = on_faulted(
+        "ansible.builtin.shell",
+        "export before=$(%s); start=$(date +%%s%%N); cp %s %s;"
+        " timeout %d sh -c 'until %s; do sleep 0.1; done' || exit 1;"
+        " echo $(( ($(date +%%s%%N) - start) / 1000000 ))"
+        % (started, template, CONTAINERD_CONFIG, GUARD_REPAIR_BOUND, back),
+    )
+    print(
+        "drift guard on %s: containerd restarted with nvidia %s ms after the write"
+        % (FAULTED, repaired["stdout"])
+    )
+    # The node serves GPU pods again.
+    rc, result = validation_on(fleet, FAULTED, gpu_validation_timeout=60)
+    assert rc == 0 and result["passed"], result
+
+
+# NVIDIA's mock NVML reads its runtime faults from overrides.yaml beside its profile
+# (/usr/config/config.yaml on the lab's nodes), every second, in every process using it.
+MOCK_OVERRIDES = "/usr/config/overrides.yaml"
+GPU_3_LOST = {"version": 1, "devices": {"3": {"failure": {"mode": "lost"}}}}
+
+
+def test_a_lost_gpu_is_found_on_its_node_only_and_fails_its_validation(nodes, gpu_nodes, fleet):
+    on_faulted(
+        "ansible.builtin.copy", "dest=%s content=%s" % (MOCK_OVERRIDES, json.dumps(json.dumps(GPU_3_LOST)))
+    )
+    try:
+        # The daemon's health loop takes the GPU out: the kubelet has 7.
+        nodes.wait("7 GPUs allocatable on " + FAULTED, lambda: allocatable(nodes, FAULTED) == "7", 60)
+        rc, findings = doctor_findings(fleet)
+        assert rc == 0 and findings[FAULTED]["nvml"].startswith("GPU 3 is lost ("), findings
+        assert "nvml" not in findings[HEALTHY], findings
+        # 7 found, 7 allocatable, and the test pod gets a healthy GPU: only the lost one
+        # fails the node.
+        rc, result = validation_on(fleet, FAULTED)
+        assert rc != 0 and result["reasons"] == [
+            "GPU 3 does not answer NVML (%s): lost or fallen off the bus; drain the node, then reset or "
+            "replace it" % "GPU is lost"
+        ], result
+    finally:
+        on_faulted("ansible.builtin.file", "path=%s state=absent" % MOCK_OVERRIDES)
+        # The daemon's recovery: Healthy again once re-probes pass for its quiet period
+        # (10 s in lab_nodes_gpu.yml).
+        nodes.wait("GPU 3 back: 8 allocatable on " + FAULTED, lambda: allocatable(nodes, FAULTED) == "8", 60)
 
 
 UPGRADED = "560.35.03"
@@ -669,11 +886,12 @@ def test_uninstall_gives_the_nodes_back_as_they_were(nodes, gpu_nodes, fleet):
         "dpkg-query -W -f '${Package} ${Status}\\n' 'nvidia-*' 2>/dev/null | grep ' installed$';"
         " ls /etc/apt/sources.list.d/ | grep -i nvidia;"
         " systemctl list-unit-files 'gpuops-*' --no-legend | cut -d' ' -f1;"
+        " ls -d /opt/gpuops-device-plugin /etc/gpuops-device-plugin 2>/dev/null;"
         " dpkg-query -W -f '${Version}' gpuops-lab-driver",
     )
     assert rc == 0, hosts
     for name, result in hosts.items():
-        # No toolkit, its source, the plugin's service or the drift guard; the driver stays,
+        # No toolkit, its source, the plugin's service and files or the drift guard; the driver stays,
         # and so does the repository nvidia_driver declared for it.
         # The containerd nodes run the driver the rolling upgrade put there.
         driver = UPGRADED + "-1" if name in CONTAINERD_NODES else "550.163.01-1"
