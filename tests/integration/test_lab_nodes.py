@@ -86,6 +86,22 @@ def ansible(*args):
     return proc.returncode, plays[0]["tasks"][0]["hosts"]
 
 
+def on_node(node, module, args):
+    """MODULE with ARGS (a string, or a dict of them) on NODE, over SSH with become: its result."""
+    args = args if isinstance(args, str) else json.dumps(args)
+    rc, hosts = ansible("--limit", node, "-m", module, "-a", args)
+    assert rc == 0, hosts
+    return hosts[node]
+
+
+def provisioned_containerd_config():
+    """The node's own containerd settings, as lab/nodes.py's provisioning wrote them."""
+    sys.path.insert(0, str(ROOT / "lab"))
+    from nodes import containerd_config  # noqa: PLC0415 - the lab's own, found at run time
+
+    return containerd_config()
+
+
 def test_nodes_are_ready_with_their_own_containerd(nodes):
     for name, (ip, os_image, runtime) in EXPECTED.items():
         node = nodes.get("node", name)
@@ -462,20 +478,9 @@ HARDENING = {
 
 
 def test_the_daemon_is_the_roles_hardened_service_from_a_wheel_built_on_the_node(nodes, gpu_nodes):
-    rc, hosts = ansible(
-        "--limit",
-        DAEMON_NODE,
-        "-m",
-        "ansible.builtin.copy",
-        "-a",
-        json.dumps({"dest": "/root/install-probe.py", "content": INSTALL_PROBE}),
-    )
-    assert rc == 0, hosts
-    rc, hosts = ansible(
-        "--limit", DAEMON_NODE, "-m", "ansible.builtin.command", "-a", "python3 /root/install-probe.py"
-    )
-    assert rc == 0, hosts
-    found = json.loads(hosts[DAEMON_NODE]["stdout"])
+    on_node(DAEMON_NODE, "ansible.builtin.copy", {"dest": "/root/install-probe.py", "content": INSTALL_PROBE})
+    probe = on_node(DAEMON_NODE, "ansible.builtin.command", "python3 /root/install-probe.py")
+    found = json.loads(probe["stdout"])
     unit, command = found["unit"], "/opt/gpuops-device-plugin/venv/bin/gpuops-device-plugin"
     assert (unit["ActiveState"], unit["UnitFileState"]) == ("active", "enabled"), unit
     assert {prop: unit[prop] for prop in HARDENING} == HARDENING
@@ -597,11 +602,7 @@ FAULTED, HEALTHY = CONTAINERD_NODES[1], CONTAINERD_NODES[0]
 
 
 def on_faulted(module, args):
-    """MODULE with ARGS (a string, or a dict of them) on the faulted node, over SSH with become."""
-    args = args if isinstance(args, str) else json.dumps(args)
-    rc, hosts = ansible("--limit", FAULTED, "-m", module, "-a", args)
-    assert rc == 0, hosts
-    return hosts[FAULTED]
+    return on_node(FAULTED, module, args)
 
 
 def test_a_stopped_plugin_is_found_on_its_node_only_and_fails_its_validation(nodes, gpu_nodes, fleet):
@@ -655,15 +656,13 @@ GUARD_REPAIR_BOUND = 30
 def test_the_runtime_dropped_by_another_tool_is_found_and_the_drift_guard_puts_it_back(
     nodes, gpu_nodes, fleet
 ):
-    sys.path.insert(0, str(ROOT / "lab"))
-    from nodes import containerd_config  # noqa: PLC0415 - the lab's own, found at run time
-
+    provisioned = provisioned_containerd_config()
     # Another tool writes the node's containerd configuration from its own template: no
     # import of our drop-in, so no nvidia runtime once containerd restarts. The guard is
     # down meanwhile, so the fault stays for the doctor and the validation to find.
     on_faulted("ansible.builtin.command", "systemctl stop " + GUARD_UNITS)
     try:
-        on_faulted("ansible.builtin.copy", {"dest": CONTAINERD_CONFIG, "content": containerd_config()})
+        on_faulted("ansible.builtin.copy", {"dest": CONTAINERD_CONFIG, "content": provisioned})
         on_faulted("ansible.builtin.systemd_service", {"name": "containerd", "state": "restarted"})
         rc, findings = doctor_findings(fleet)
         assert rc == 0, findings
@@ -683,9 +682,7 @@ def test_the_runtime_dropped_by_another_tool_is_found_and_the_drift_guard_puts_i
     # runtime back and restarts containerd (which runs without it: the tool restarted it).
     # Written and timed on the node itself, until containerd has started again with it.
     template = "/root/site-tool-config.toml"
-    on_faulted(
-        "ansible.builtin.copy", {"dest": template, "content": containerd_config() + "# applied again\n"}
-    )
+    on_faulted("ansible.builtin.copy", {"dest": template, "content": provisioned + "# applied again\n"})
     started = "systemctl show -p InvocationID --value containerd"
     back = (
         '[ "$(%s)" != "$before" ] && systemctl is-active -q containerd'
@@ -865,8 +862,7 @@ def test_uninstall_gives_the_nodes_back_as_they_were(nodes, gpu_nodes, fleet):
     assert playbook_changes(uninstall, skip, fleet) == {name: [] for name in EXPECTED}
 
     # Each node's own containerd configuration, exactly as its provisioning wrote it.
-    sys.path.insert(0, str(ROOT / "lab"))
-    from nodes import containerd_config  # noqa: PLC0415 - the lab's own, found at run time
+    provisioned = provisioned_containerd_config()
 
     for name in CONTAINERD_NODES:
         files = node_files(name, "/etc/containerd/config.toml", "/etc/containerd/conf.d/99-nvidia.toml")
@@ -874,10 +870,8 @@ def test_uninstall_gives_the_nodes_back_as_they_were(nodes, gpu_nodes, fleet):
         # Every setting as provisioned, and every line of it (its comments included). An
         # empty [...cri".containerd] header that the in-place edit made stays behind on 1.6:
         # the same TOML, one table header more (noted in issue 16).
-        assert tomllib.loads(kept) == tomllib.loads(containerd_config()), name
-        assert [line for line in containerd_config().splitlines() if line not in kept.splitlines()] == [], (
-            name
-        )
+        assert tomllib.loads(kept) == tomllib.loads(provisioned), name
+        assert [line for line in provisioned.splitlines() if line not in kept.splitlines()] == [], name
         assert files["/etc/containerd/conf.d/99-nvidia.toml"] is None, name
     rc, hosts = ansible(
         "-m",
