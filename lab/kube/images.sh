@@ -6,6 +6,12 @@
 #   localhost/gpuops-lab/nvml-query:1  the lab node image's Debian python3 with NVIDIA's
 #                                       nvidia-ml-py, running lab/kube/nvml-query.py: what
 #                                       a container sees of the GPUs, for GPU proofs in pods.
+#   nvcr.io/nvidia/k8s-device-plugin:<v> NVIDIA's device plugin built from its Go source
+#                                       (lab/peer/build-nvidia-plugin.sh), laid out as
+#                                       NVIDIA's own Dockerfile lays it out (binary, ENV,
+#                                       ENTRYPOINT) on the same Debian base, under NVIDIA's
+#                                       name, so that device_plugin_mode nvidia serves a
+#                                       real kubelet with no registry.
 # Prints "NAME ARCHIVE" per image (docker-archive tarballs for `ctr images import`).
 # Cached under $GPUOPS_LAB_CACHE (default ~/.cache/gpuops-lab).
 set -euo pipefail
@@ -19,6 +25,11 @@ out="$cache/images-$kube_version-$key"
 pause=localhost/gpuops-lab/pause:3.10.1
 tools=localhost/gpuops-lab/tools:1
 query=localhost/gpuops-lab/nvml-query:1
+# NVIDIA's plugin: the newest release the module proxy serves here (build-nvidia-plugin.sh).
+plugin_dir="$(bash "$here/../peer/build-nvidia-plugin.sh" | tail -n1)"
+plugin_version="$(basename "$plugin_dir")"
+plugin=nvcr.io/nvidia/k8s-device-plugin:$plugin_version
+plugin_out="$cache/nvidia-device-plugin-image-$plugin_version-$key"
 
 if [[ ! -f "$out/.complete" ]]; then
   rm -rf "$out" && mkdir -p "$out"
@@ -53,6 +64,23 @@ if [[ ! -f "$out/.complete" ]]; then
   podman save --format docker-archive -o "$out/nvml-query.tar" "$query" >&2
   touch "$out/.complete"
 fi
+if [[ ! -f "$plugin_out/.complete" ]]; then
+  rm -rf "$plugin_out" && mkdir -p "$plugin_out"
+  base=$(bash "$here/../node-image.sh" bookworm | tail -n1)
+  builder=gpuops-lab-nvidia-plugin-build
+  podman rm -f "$builder" >/dev/null 2>&1 || true
+  podman create --name "$builder" "$base" >/dev/null
+  podman cp "$plugin_dir/nvidia-device-plugin" "$builder:/usr/bin/nvidia-device-plugin"
+  # NVIDIA's deployments/container/Dockerfile: the runtime gives the plugin every GPU and
+  # the driver's utility libraries (NVML).
+  podman commit --change 'ENV NVIDIA_DISABLE_REQUIRE=true' --change 'ENV NVIDIA_VISIBLE_DEVICES=all' \
+    --change 'ENV NVIDIA_DRIVER_CAPABILITIES=compute,utility' --change 'CMD []' \
+    --change 'ENTRYPOINT ["nvidia-device-plugin"]' "$builder" "$plugin" >&2
+  podman rm -f "$builder" >/dev/null
+  podman save --format docker-archive -o "$plugin_out/nvidia-device-plugin.tar" "$plugin" >&2
+  touch "$plugin_out/.complete"
+fi
 echo "$pause $out/pause.tar"
 echo "$tools $out/tools.tar"
 echo "$query $out/nvml-query.tar"
+echo "$plugin $plugin_out/nvidia-device-plugin.tar"

@@ -43,12 +43,25 @@ def summary_row(tmp_path, gpu, findings=(), skip=()):
     ("gpu", "findings", "skip", "plugin"),
     [
         (H100, [], [], "registered"),
+        (
+            {**H100, "device_plugin": {"source": "record", "mode": "gpuops"}},
+            [],
+            [],
+            "registered (gpuops daemon)",
+        ),
+        (
+            {**H100, "device_plugin": {"source": "record", "mode": "nvidia"}},
+            [],
+            [],
+            "registered (NVIDIA DaemonSet)",
+        ),
+        ({**H100, "device_plugin": {"source": "none", "mode": None}}, [], [], "registered"),
         (H100, [PLUGIN_FINDING], [], "NOT REGISTERED"),
         # A fresh node in check mode: no driver yet, so no GPUs, so no plugin check.
         (FRESH, [], [], "not checked"),
         (H100, [], ["plugin"], "not checked"),
     ],
-    ids=["registered", "not-registered", "no-gpus", "skipped"],
+    ids=["registered", "gpuops", "nvidia", "mode-unknown", "not-registered", "no-gpus", "skipped"],
 )
 def test_the_plugin_column_says_registered_only_when_the_doctor_checked_it(
     tmp_path, gpu, findings, skip, plugin

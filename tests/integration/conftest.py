@@ -174,9 +174,24 @@ class Lab:
         registered it, and the lab's own device plugin running."""
         proc = self.inventory_playbook("playbooks/uninstall.yml")
         assert proc.returncode == 0, "uninstall.yml failed:\n" + proc.stdout[-4000:] + proc.stderr[-2000:]
+        self.remove_nvidia_plugin()
         self.reset_node()
         if not self.running("device-plugin"):
             self.control("start", "device-plugin")
+
+    def remove_nvidia_plugin(self):
+        """NVIDIA's device plugin DaemonSet, which make site applies for its node 2 (and a
+        test may leave when it fails): cluster state that outlives the lab's nodes, and that
+        would put a second plugin on the next node of that name."""
+        self.kubectl(
+            "delete",
+            "daemonset",
+            "-n",
+            "kube-system",
+            "nvidia-device-plugin-daemonset",
+            "--ignore-not-found",
+            "--wait=true",
+        )
 
     def control(self, action, component):
         """restart, stop or start one of the lab's components."""

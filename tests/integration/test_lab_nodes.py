@@ -45,6 +45,7 @@ def nodes_cli(*args):
 
 @pytest.fixture(scope="module")
 def nodes(lab):
+    lab.remove_nvidia_plugin()  # an earlier run's, cut short before its uninstall
     proc = nodes_cli("up", "--count", str(len(EXPECTED)))
     assert proc.returncode == 0, "lab/nodes.py up failed:\n%s" % proc.stderr[-6000:]
     yield lab
@@ -197,9 +198,17 @@ def test_up_again_keeps_the_running_nodes(nodes):
 H100 = ROOT / "lab" / "profiles" / "h100-8x-nvswitch.yaml"
 
 
-def playbook_changes(playbook, extra_vars, fleet):
-    """ansible-playbook -i INVENTORY -i FLEET PLAYBOOK: {host: its changed tasks' names}."""
-    args = ("-i", str(fleet), str(playbook), "-e", json.dumps(extra_vars))
+def playbook_changes(playbook, extra_vars, fleet, *more_inventories, check=False):
+    """ansible-playbook -i INVENTORY -i FLEET [-i MORE...] PLAYBOOK [--check --diff]:
+    {host: its changed tasks' names}."""
+    inventories = [arg for path in (fleet, *more_inventories) for arg in ("-i", str(path))]
+    args = (
+        *inventories,
+        str(playbook),
+        "-e",
+        json.dumps(extra_vars),
+        *(("--check", "--diff") if check else ()),
+    )
     proc, plays = run_ansible("ansible-playbook", *args, timeout=900)
     changed = {name: [] for name in EXPECTED}
     failed = {}
@@ -232,6 +241,7 @@ def fleet(tmp_path_factory):
 def gpu_nodes(nodes, fleet):
     """The nodes with the driver package, the toolkit and the nvidia runtime, converged."""
     extra_vars = {"lab_docker_nodes": [DOCKER_NODE], "lab_daemon_nodes": CONTAINERD_NODES}
+    predicted = playbook_changes(GPU_PLAYBOOK, extra_vars, fleet, check=True)
     first = playbook_changes(GPU_PLAYBOOK, extra_vars, fleet)
     second = playbook_changes(GPU_PLAYBOOK, extra_vars, fleet)
     # Only what is not there: cluster_addons owns the nvidia one where a test made it.
@@ -242,7 +252,7 @@ def gpu_nodes(nodes, fleet):
     ]
     for runtime_class in made:
         nodes.kubectl("create", "-f", "-", stdin=json.dumps(runtime_class))
-    yield {"first": first, "second": second}
+    yield {"predicted": predicted, "first": first, "second": second}
     for runtime_class in made:
         nodes.kubectl("delete", "runtimeclass", runtime_class["metadata"]["name"], "--ignore-not-found")
 
@@ -312,6 +322,21 @@ def test_gpu_software_converges_and_a_second_run_changes_nothing(gpu_nodes):
         kernel_tasks = ("Blacklist nouveau", "Install the running kernel's headers")
         assert not any(task.endswith(kernel_tasks) for task in first), (name, first)
     assert gpu_nodes["second"] == {name: [] for name in EXPECTED}
+
+
+def test_check_mode_on_fresh_nodes_predicts_the_first_runs_changes_exactly(gpu_nodes):
+    # --check --diff on the nodes as they started (nothing of NVIDIA's): the tasks it says
+    # would change are the tasks the real run then changed, in order, on every node. What
+    # check mode cannot ask before a repository or a package exists, its stand-ins report
+    # under the real tasks' names (a task whose loop both ran and was stood in for counts once).
+    for name in EXPECTED:
+        # The roles' tasks (the playbook's own lab step, loading an image into dockerd, is
+        # left out of the check run).
+        predicted, changed = (
+            list(dict.fromkeys(task for task in gpu_nodes[run][name] if task.startswith("gpuops.k8s.")))
+            for run in ("predicted", "first")
+        )
+        assert predicted == changed, (name, predicted, changed)
 
 
 def test_the_driver_package_is_pinned_and_held_without_a_kernel_module_of_its_own(gpu_nodes):
@@ -834,6 +859,41 @@ def test_a_rolling_driver_upgrade_keeps_a_gpu_pod_running_on_the_other_node(node
         nodes.kubectl("delete", "deployment", "rolling-gpu-app", "--ignore-not-found", "--wait=true")
 
 
+NVIDIA_PLUGIN_TASK = "gpuops.k8s.device_plugin : Apply NVIDIA's device plugin DaemonSet"
+STOP_DAEMON_TASK = "gpuops.k8s.device_plugin : Stop the gpuops daemon where another plugin mode serves now"
+REMOVE_NVIDIA_PLUGIN = "gpuops.k8s.device_plugin : Remove NVIDIA's device plugin DaemonSet"
+
+
+def nvidia_plugin_pods(nodes):
+    return nodes.get("pods", "-n", "kube-system", "-l", "name=nvidia-device-plugin-ds")["items"]
+
+
+def test_nvidias_daemonset_serves_a_node_in_place_of_the_daemon(nodes, gpu_nodes, fleet):
+    # device_plugin_mode nvidia, as make site runs node 2 (inventories/lab): the role stops
+    # gpuops's daemon there and applies NVIDIA's DaemonSet. Its image is NVIDIA's plugin
+    # built from its Go source (lab/kube/images.sh), in the node's containerd under NVIDIA's
+    # name; the real kubelet gets the node's GPUs through it. Last before the uninstall,
+    # which takes it away with the rest (the faults above need gpuops's daemon here).
+    phases = {"gpuops_site_skip": ["driver", "toolkit", "runtime", "labels", "addons"]}
+    rc, tasks = playbook_on("site.yml", [FAULTED], fleet, **phases)
+    results = dict(tasks)
+    assert rc == 0, [(n, h.get(FAULTED, {}).get("msg")) for n, h in tasks if h.get(FAULTED, {}).get("failed")]
+    assert results[STOP_DAEMON_TASK][FAULTED]["changed"], results[STOP_DAEMON_TASK]
+    assert results[NVIDIA_PLUGIN_TASK][FAULTED]["changed"], results[NVIDIA_PLUGIN_TASK]
+    (pod,) = nvidia_plugin_pods(nodes)
+    assert pod["spec"]["nodeName"] == FAULTED and pod["status"]["phase"] == "Running", pod["status"]
+    assert pod["spec"]["containers"][0]["image"].startswith("nvcr.io/nvidia/k8s-device-plugin:v"), pod
+    state = on_faulted("ansible.builtin.shell", "systemctl is-active gpuops-device-plugin || true")
+    assert state["stdout"] == "inactive", state
+    # The node's validation, in the same run: 8 allocatable, and the test pod saw through
+    # NVML exactly the GPU the kubelet gave it from NVIDIA's plugin.
+    result = results["gpuops.k8s.gpu_validation : Record this node's result"][FAULTED]
+    result = result["ansible_facts"]["gpu_validation_result"]
+    assert result["passed"] and result["allocatable"] == 8, result
+    assert result["pod"]["devices"]["result"] == "match", result["pod"]
+    assert result["pod"]["devices"]["seen"][0] in h100_uuids(), result["pod"]
+
+
 # --- last: playbooks/uninstall.yml gives each node back as it was ------------------------
 
 
@@ -853,13 +913,21 @@ def node_files(node, *paths):
 
 
 def test_uninstall_gives_the_nodes_back_as_they_were(nodes, gpu_nodes, fleet):
-    # The real playbook, on the same inventory; the cluster objects it would remove were
-    # made by this test, not by the roles.
+    # The real playbook, on the same inventory and make site's (inventories/lab, last: node
+    # 2 serves through NVIDIA's DaemonSet, and node 1, first in the play, through gpuops's
+    # daemon); the cluster objects it would remove were made by this test, not by the roles.
     uninstall = ROOT / "playbooks" / "uninstall.yml"
     skip = {"gpuops_site_skip": ["addons", "labels"]}
-    first = playbook_changes(uninstall, skip, fleet)
+    site_settings = ROOT / "inventories" / "lab"
+    first = playbook_changes(uninstall, skip, fleet, site_settings)
     assert all(first[name] for name in EXPECTED), first
-    assert playbook_changes(uninstall, skip, fleet) == {name: [] for name in EXPECTED}
+    assert REMOVE_NVIDIA_PLUGIN in first[FAULTED], first[FAULTED]
+    assert playbook_changes(uninstall, skip, fleet, site_settings) == {name: [] for name in EXPECTED}
+    # The DaemonSet is gone at once; its pod after its grace period.
+    nodes.wait("NVIDIA's plugin pod gone", lambda: not nvidia_plugin_pods(nodes), 60)
+    assert nodes.kubectl(
+        "get", "daemonset", "-n", "kube-system", "nvidia-device-plugin-daemonset", check=False
+    ).returncode
 
     # Each node's own containerd configuration, exactly as its provisioning wrote it.
     provisioned = provisioned_containerd_config()
@@ -881,6 +949,7 @@ def test_uninstall_gives_the_nodes_back_as_they_were(nodes, gpu_nodes, fleet):
         " ls /etc/apt/sources.list.d/ | grep -i nvidia;"
         " systemctl list-unit-files 'gpuops-*' --no-legend | cut -d' ' -f1;"
         " ls -d /opt/gpuops-device-plugin /etc/gpuops-device-plugin 2>/dev/null;"
+        " ls /var/lib/kubelet/device-plugins/ | grep '^nvidia-';"
         " dpkg-query -W -f '${Version}' gpuops-lab-driver",
     )
     assert rc == 0, hosts
