@@ -66,20 +66,21 @@ OS_FACTS = {
 }
 
 
-def find_task(role, tasks_file, task_name):
-    """A role's task (a dict, as written), found by its name in a tasks file or its blocks."""
+def find_task(role, tasks_file, task_name, module=None):
+    """A role's task (a dict, as written), found by its name (and module, where a check-mode
+    stand-in carries the same name) in a tasks file or its blocks."""
     stack = list(yaml.safe_load((ROLES / role / "tasks" / tasks_file).read_text(encoding="utf-8")))
     while stack:
         task = stack.pop()
         stack.extend(task.get("block", []))
-        if task.get("name") == task_name:
+        if task.get("name") == task_name and (module is None or module in task):
             return task
-    raise AssertionError("%s/tasks/%s has no task named %r" % (role, tasks_file, task_name))
+    raise AssertionError("%s/tasks/%s has no %s task named %r" % (role, tasks_file, module or "", task_name))
 
 
 def task_arg(role, tasks_file, task_name, module, arg):
     """The raw (untemplated) argument `arg` of a role's task, found by the task's name."""
-    return find_task(role, tasks_file, task_name)[module][arg]
+    return find_task(role, tasks_file, task_name, module)[module][arg]
 
 
 def template_expr(role, template):

@@ -73,7 +73,7 @@ def exprs(os_family):
     found = {
         "pip_args": task_arg(
             "device_plugin",
-            "gpuops.yml",
+            "install.yml",
             "Install the pinned dependencies and the build backend into the venv",
             "ansible.builtin.pip",
             "extra_args",

@@ -102,8 +102,11 @@ class Lab:
         results = {"_rc": proc.returncode}
         for play in plays:
             for task in play["tasks"]:
-                # Role tasks come as "ROLE : NAME"; key them by NAME.
-                results[task["task"]["name"].rpartition(" : ")[2]] = task["hosts"].get("localhost", {})
+                # Role tasks come as "ROLE : NAME"; key them by NAME. A check-mode stand-in
+                # carries its real task's name: the one of the two that ran wins.
+                name, result = task["task"]["name"].rpartition(" : ")[2], task["hosts"].get("localhost", {})
+                if not (result.get("skipped") and name in results):
+                    results[name] = result
         return results
 
     def inventory_playbook(self, playbook, extra_vars=None, json_output=False, args=()):
