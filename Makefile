@@ -27,8 +27,9 @@ site: lab-nodes  ## Run the main job (playbooks/site.yml) on the lab's Kubernete
 	ansible-playbook -i inventories/lab -i /var/lib/gpuops-lab/nodes/hosts.yml playbooks/site.yml
 
 .PHONY: test
-test: venv  ## Run every gate and test suite (what CI runs)
-	@bash scripts/run-gates.sh lint ansible-lint sanity units pytest integration build ee molecule
+test: venv lab-deps  ## Run every gate and test suite (what CI runs)
+	@# molecule beside the static gates, pytest and the matrix; the lab cluster's tests alone.
+	@bash scripts/run-gates.sh bg:molecule lint ansible-lint sanity units pytest build ee matrix wait integration
 
 .PHONY: lint
 lint: venv  ## ruff lint and format check; docs/variables.md up to date with the roles' specs

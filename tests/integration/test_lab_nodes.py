@@ -383,8 +383,9 @@ def test_the_same_pod_on_plain_runc_sees_no_gpu(nodes, gpu_nodes, node):
 
 
 def docker_query(runtime, visible=None):
-    """The nvml-query image run by dockerd on DOCKER_NODE with RUNTIME: its JSON answer."""
-    argv = ["docker", "run", "--rm", "--runtime", runtime]
+    """The nvml-query image run by dockerd on DOCKER_NODE with RUNTIME (None: dockerd's
+    default runtime): its JSON answer."""
+    argv = ["docker", "run", "--rm", *(("--runtime", runtime) if runtime else ())]
     if visible is not None:
         argv += ["--env", "NVIDIA_VISIBLE_DEVICES=%s" % visible]
     argv += [
@@ -408,6 +409,18 @@ def test_docker_through_the_nvidia_runtime_gives_exactly_the_gpu_asked_for(gpu_n
     }
     seen = docker_query("nvidia")
     assert seen["dev"] == [] and "uuids" not in seen, seen
+
+
+def test_docker_runs_through_the_nvidia_runtime_by_default(gpu_nodes):
+    # container_runtime on a fresh dockerd: the nvidia runtime declared and made the
+    # default in daemon.json (and nothing else there), so a plain `docker run` gets a GPU.
+    daemon = node_files(DOCKER_NODE, "/etc/docker/daemon.json")["/etc/docker/daemon.json"]
+    assert json.loads(daemon) == {
+        "runtimes": {"nvidia": {"path": "/usr/bin/nvidia-container-runtime"}},
+        "default-runtime": "nvidia",
+    }
+    uuid = h100_uuids()[2]
+    assert docker_query(None, visible=uuid)["uuids"] == [uuid]
 
 
 def test_docker_on_plain_runc_gives_no_gpu(gpu_nodes):
@@ -964,5 +977,10 @@ def test_uninstall_gives_the_nodes_back_as_they_were(nodes, gpu_nodes, fleet):
         )
     docker = node_files(DOCKER_NODE, "/etc/docker/daemon.json")["/etc/docker/daemon.json"]
     assert docker is None or "nvidia" not in docker, docker
+    # dockerd was restarted for it: the running daemon no longer offers the nvidia runtime.
+    # (Plain `docker info`: Ansible would template a Go template given to --format.)
+    info = on_node(DOCKER_NODE, "ansible.builtin.command", "docker info")["stdout"].splitlines()
+    runtimes = [line.split(":", 1)[1].split() for line in info if line.strip().startswith("Runtimes:")]
+    assert len(runtimes) == 1 and "runc" in runtimes[0] and "nvidia" not in runtimes[0], runtimes
     # The nodes still run pods, on their own runtime again.
     probe_each_node(nodes)

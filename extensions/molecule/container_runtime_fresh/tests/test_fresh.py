@@ -1,15 +1,11 @@
 # Copyright (c) gpuops.k8s contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Fresh nodes after the role: containerd 2.x (from sid) at config version 3, and dockerd."""
+"""A fresh node after the role: containerd 2.x (from sid) at config version 3."""
 
 import json
 import os
 import tomllib
-
-
-def engine(host):
-    return "docker" if host.backend.get_hostname().endswith("docker") else "containerd"
 
 
 def test_check_mode_predicted_the_same_changed_tasks_as_the_real_run(host):
@@ -23,14 +19,7 @@ def test_check_mode_predicted_the_same_changed_tasks_as_the_real_run(host):
     assert predicted[name] == real[name]
 
 
-def test_the_nodes_runtime_lists_the_nvidia_runtime_as_default(host):
-    if engine(host) == "docker":
-        check_dockerd(host)
-    else:
-        check_containerd_2(host)
-
-
-def check_containerd_2(host):
+def test_containerd_2_lists_the_nvidia_runtime_as_default(host):
     # Debian's containerd 2.x package ships a version 2 config.toml; a file that states
     # its version keeps it, and containerd 2.x migrates it when loading.
     assert host.check_output("containerd --version").split()[2].startswith("2.")
@@ -42,18 +31,3 @@ def check_containerd_2(host):
     assert cri["runtimes"]["nvidia"]["options"]["BinaryName"] == "/usr/bin/nvidia-container-runtime"
     plugins = host.check_output("ctr plugins ls")
     assert any(line.split()[1:2] == ["cri"] and line.split()[-1] == "ok" for line in plugins.splitlines()[1:])
-
-
-def check_dockerd(host):
-    assert host.run("systemctl is-active docker").stdout.strip() == "active"
-    # Plain `docker info`: testinfra runs commands through Ansible, which would template
-    # a Go template like {{json .Runtimes}}.
-    fields = (line.strip().partition(": ") for line in host.check_output("docker info").splitlines())
-    info = {key: value for key, sep, value in fields if sep}
-    assert "nvidia" in info["Runtimes"].split()
-    assert info["Default Runtime"] == "nvidia"
-    daemon = json.loads(host.file("/etc/docker/daemon.json").content_string)
-    assert daemon == {
-        "runtimes": {"nvidia": {"path": "/usr/bin/nvidia-container-runtime"}},
-        "default-runtime": "nvidia",
-    }
