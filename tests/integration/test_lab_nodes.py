@@ -66,6 +66,11 @@ def ansible_env():
     return env
 
 
+# Every deprecation warning an Ansible run in this module printed or a task returned (the
+# last test asserts there are none).
+DEPRECATIONS = []
+
+
 def run_ansible(tool, *args, timeout=300):
     """ansible or ansible-playbook -i INVENTORY ARGS: the process and its plays (JSON)."""
     proc = subprocess.run(
@@ -76,10 +81,18 @@ def run_ansible(tool, *args, timeout=300):
         check=False,
         timeout=timeout,
     )
+    DEPRECATIONS.extend(line for line in proc.stderr.splitlines() if "DEPRECATION WARNING" in line)
     try:
-        return proc, json.loads(proc.stdout)["plays"]
+        plays = json.loads(proc.stdout)["plays"]
     except ValueError as exc:
         raise AssertionError("no JSON from %s (rc %d):\n%s" % (tool, proc.returncode, proc.stderr)) from exc
+    for play in plays:
+        for task in play["tasks"]:
+            for result in task["hosts"].values():
+                DEPRECATIONS.extend(
+                    "%s: %s" % (task["task"]["name"], d.get("msg", d)) for d in result.get("deprecations", [])
+                )
+    return proc, plays
 
 
 def ansible(*args):
@@ -984,3 +997,9 @@ def test_uninstall_gives_the_nodes_back_as_they_were(nodes, gpu_nodes, fleet):
     assert len(runtimes) == 1 and "runc" in runtimes[0] and "nvidia" not in runtimes[0], runtimes
     # The nodes still run pods, on their own runtime again.
     probe_each_node(nodes)
+
+
+def test_no_ansible_run_printed_a_deprecation_warning():
+    # Every playbook and ad-hoc run above, on the dev environment's ansible-core line:
+    # site.yml's node phases, validate.yml, upgrade_driver.yml, doctor runs, uninstall.yml.
+    assert DEPRECATIONS == []
