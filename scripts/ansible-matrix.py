@@ -22,6 +22,7 @@ Usage: python scripts/ansible-matrix.py [LINE ...]   (default: every line but th
 from __future__ import annotations
 
 import argparse
+import contextlib
 import glob
 import os
 import shutil
@@ -33,6 +34,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("GPUOPS_CACHE", REPO / ".cache")) / "ansible-matrix"
 BUILD = REPO / ".build" / "matrix"
+COLLECTIONS = REPO / ".build" / "collections" / "ansible_collections"
 
 # line, ansible-core pin, controller Python (one the line supports as controller:
 # 2.17 3.10-3.12, 2.18 and 2.19 3.11-3.13, 2.20 and 2.21 3.12-3.14). 2.17 runs on 3.12,
@@ -77,19 +79,33 @@ def run(line, cmd, cwd=None, env=None):
 
 
 def ensure_venv(line, core, python):
-    """The line's venv with ansible-core==core; made again only when the pin changes."""
+    """The line's venv with ansible-core==core and the collection's controller-side
+    requirements (requirements.txt: what a playbook run needs, e.g. the lab's site.yml run
+    on the oldest line); made again only when either changes."""
     venv = CACHE / f"{line}-py{python}"
     stamp = venv / ".gpuops-stamp"
     want = f"ansible-core=={core}"
-    if not (stamp.is_file() and stamp.read_text().strip() == want):
-        say(line, f"creating {venv.relative_to(CACHE.parent)} with {want}")
+    # Ours, and those of the collection we depend on (as an execution environment gets them).
+    requirements = [REPO / "requirements.txt", COLLECTIONS / "kubernetes/core/requirements.txt"]
+    wanted = "\n".join([want, *(path.read_text().strip() for path in requirements)])
+    if not (stamp.is_file() and stamp.read_text().strip() == wanted):
+        say(line, f"creating {venv.relative_to(CACHE.parent)} with {want} and the controller's requirements")
         shutil.rmtree(venv, ignore_errors=True)
         subprocess.run([interpreter(python), "-m", "venv", str(venv)], check=True)
         subprocess.run(
-            [str(venv / "bin/python"), "-m", "pip", "install", "-q", "--disable-pip-version-check", want],
+            [
+                str(venv / "bin/python"),
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--disable-pip-version-check",
+                want,
+                *(arg for path in requirements for arg in ("-r", str(path))),
+            ],
             check=True,
         )
-        stamp.write_text(want + "\n")
+        stamp.write_text(wanted + "\n")
     # ansible-test's pip bootstrap for the pip version this line pins (offline stand-in).
     subprocess.run(["bash", str(REPO / "scripts/ansible-test-pip.sh"), str(venv / "bin/python")], check=True)
     return venv
@@ -163,6 +179,11 @@ def main():
         "lines", nargs="*", metavar="LINE", help="lines to run (default: all but the dev line)"
     )
     parser.add_argument("--list", action="store_true", help="print the table and exit")
+    parser.add_argument(
+        "--venv",
+        metavar="LINE",
+        help="make LINE's venv if needed and print its path (\"oldest\": the floor's); run nothing",
+    )
     args = parser.parse_args()
     table = {line: (core, python) for line, core, python in LINES}
     if args.list:
@@ -173,6 +194,14 @@ def main():
             "node Pythons (compile, import on %s): %s"
             % (LINES[-1][0], ", ".join(f"{v} ({name})" for v, name in NODE_PYTHONS))
         )
+        return 0
+    if args.venv:
+        line = LINES[0][0] if args.venv == "oldest" else args.venv
+        if line not in table:
+            parser.error(f"unknown line {args.venv}; known: oldest, {', '.join(table)}")
+        with contextlib.redirect_stdout(sys.stderr):  # stdout: the path alone
+            venv = ensure_venv(line, *table[line])
+        print(venv)
         return 0
     unknown = [line for line in args.lines if line not in table]
     if unknown:

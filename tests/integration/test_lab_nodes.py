@@ -71,24 +71,29 @@ def ansible_env():
 DEPRECATIONS = []
 
 
-def run_ansible(tool, *args, timeout=300):
-    """ansible or ansible-playbook -i INVENTORY ARGS: the process and its plays (JSON)."""
+def run_ansible(tool, *args, timeout=300, venv_bin=VENV_BIN):
+    """ansible or ansible-playbook -i INVENTORY ARGS, from VENV_BIN (the dev environment's
+    ansible-core line) or another venv's bin: the process and its plays (JSON)."""
     proc = subprocess.run(
-        [str(VENV_BIN / tool), "-i", str(INVENTORY), *args],
+        [str(venv_bin / tool), "-i", str(INVENTORY), *args],
         capture_output=True,
         text=True,
         env=ansible_env(),
         check=False,
         timeout=timeout,
     )
-    DEPRECATIONS.extend(line for line in proc.stderr.splitlines() if "DEPRECATION WARNING" in line)
+    # The dev line's: an older line may warn of what a newer one already changed.
+    dev_line = venv_bin == VENV_BIN
+    DEPRECATIONS.extend(
+        line for line in proc.stderr.splitlines() if dev_line and "DEPRECATION WARNING" in line
+    )
     try:
         plays = json.loads(proc.stdout)["plays"]
     except ValueError as exc:
         raise AssertionError("no JSON from %s (rc %d):\n%s" % (tool, proc.returncode, proc.stderr)) from exc
     for play in plays:
         for task in play["tasks"]:
-            for result in task["hosts"].values():
+            for result in task["hosts"].values() if dev_line else ():
                 DEPRECATIONS.extend(
                     "%s: %s" % (task["task"]["name"], d.get("msg", d)) for d in result.get("deprecations", [])
                 )
@@ -211,9 +216,9 @@ def test_up_again_keeps_the_running_nodes(nodes):
 H100 = ROOT / "lab" / "profiles" / "h100-8x-nvswitch.yaml"
 
 
-def playbook_changes(playbook, extra_vars, fleet, *more_inventories, check=False):
-    """ansible-playbook -i INVENTORY -i FLEET [-i MORE...] PLAYBOOK [--check --diff]:
-    {host: its changed tasks' names}."""
+def playbook_changes(playbook, extra_vars, fleet, *more_inventories, check=False, venv_bin=VENV_BIN):
+    """ansible-playbook -i INVENTORY -i FLEET [-i MORE...] PLAYBOOK [--check --diff], from
+    VENV_BIN's ansible-core or VENV_BIN's: {host: its changed tasks' names}."""
     inventories = [arg for path in (fleet, *more_inventories) for arg in ("-i", str(path))]
     args = (
         *inventories,
@@ -222,7 +227,7 @@ def playbook_changes(playbook, extra_vars, fleet, *more_inventories, check=False
         json.dumps(extra_vars),
         *(("--check", "--diff") if check else ()),
     )
-    proc, plays = run_ansible("ansible-playbook", *args, timeout=900)
+    proc, plays = run_ansible("ansible-playbook", *args, timeout=900, venv_bin=venv_bin)
     changed = {name: [] for name in EXPECTED}
     failed = {}
     for play in plays:
@@ -251,12 +256,32 @@ def fleet(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def gpu_nodes(nodes, fleet):
-    """The nodes with the driver package, the toolkit and the nvidia runtime, converged."""
+def oldest_line_bin():
+    """The bin directory of a venv with the oldest ansible-core line we support
+    (meta/runtime.yml's floor) and the controller's requirements, made by make matrix's
+    script when it is missing."""
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "ansible-matrix.py"), "--venv", "oldest"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return Path(proc.stdout.splitlines()[-1]) / "bin"
+
+
+@pytest.fixture(scope="module")
+def gpu_nodes(nodes, fleet, oldest_line_bin):
+    """The nodes with the driver package, the toolkit and the nvidia runtime, converged.
+    Check mode on the fresh nodes and a run on the converged ones also on the oldest
+    ansible-core line."""
     extra_vars = {"lab_docker_nodes": [DOCKER_NODE], "lab_daemon_nodes": CONTAINERD_NODES}
     predicted = playbook_changes(GPU_PLAYBOOK, extra_vars, fleet, check=True)
+    predicted_oldest = playbook_changes(GPU_PLAYBOOK, extra_vars, fleet, check=True, venv_bin=oldest_line_bin)
     first = playbook_changes(GPU_PLAYBOOK, extra_vars, fleet)
     second = playbook_changes(GPU_PLAYBOOK, extra_vars, fleet)
+    second_oldest = playbook_changes(GPU_PLAYBOOK, extra_vars, fleet, venv_bin=oldest_line_bin)
     # Only what is not there: cluster_addons owns the nvidia one where a test made it.
     made = [
         rc
@@ -265,7 +290,13 @@ def gpu_nodes(nodes, fleet):
     ]
     for runtime_class in made:
         nodes.kubectl("create", "-f", "-", stdin=json.dumps(runtime_class))
-    yield {"predicted": predicted, "first": first, "second": second}
+    yield {
+        "predicted": predicted,
+        "first": first,
+        "second": second,
+        "predicted_oldest": predicted_oldest,
+        "second_oldest": second_oldest,
+    }
     for runtime_class in made:
         nodes.kubectl("delete", "runtimeclass", runtime_class["metadata"]["name"], "--ignore-not-found")
 
@@ -350,6 +381,14 @@ def test_check_mode_on_fresh_nodes_predicts_the_first_runs_changes_exactly(gpu_n
             for run in ("predicted", "first")
         )
         assert predicted == changed, (name, predicted, changed)
+
+
+def test_the_oldest_ansible_core_line_predicts_the_same_and_finds_nothing_to_change(gpu_nodes):
+    # meta/runtime.yml's floor runs the node phases' roles too: on the fresh nodes its
+    # check mode lists the same changes as the dev line's, and on the converged nodes
+    # (converged by the dev line) it changes nothing.
+    assert gpu_nodes["predicted_oldest"] == gpu_nodes["predicted"]
+    assert gpu_nodes["second_oldest"] == {name: [] for name in EXPECTED}
 
 
 def test_the_driver_package_is_pinned_and_held_without_a_kernel_module_of_its_own(gpu_nodes):
