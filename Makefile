@@ -27,7 +27,7 @@ site: lab-nodes  ## Run the main job (playbooks/site.yml) on the lab's Kubernete
 	ansible-playbook -i inventories/lab -i /var/lib/gpuops-lab/nodes/hosts.yml playbooks/site.yml
 
 .PHONY: test
-test: venv lab-deps  ## Run every gate and test suite (what CI runs)
+test: venv lab-deps sanity-deps  ## Run every gate and test suite (what CI runs)
 	@# molecule beside the static gates, pytest and the matrix; the lab cluster's tests alone.
 	@bash scripts/run-gates.sh bg:molecule lint ansible-lint sanity units pytest build ee matrix wait integration
 
@@ -57,8 +57,12 @@ test-tree:
 	@mkdir -p $(TEST_TREE)/../../kubernetes && rm -rf $(TEST_TREE)/../../kubernetes/core
 	@cp -a .build/collections/ansible_collections/kubernetes/core $(TEST_TREE)/../../kubernetes/core
 
+.PHONY: sanity-deps
+sanity-deps:  ## shellcheck for ansible-test sanity (which would skip its test without it)
+	@bash lab/install-deps.sh sanity
+
 .PHONY: sanity
-sanity: venv test-tree  ## ansible-test sanity (no ignore entries)
+sanity: venv sanity-deps test-tree  ## ansible-test sanity (no ignore entries)
 	$(ANSIBLE_TEST) sanity --venv --python $(PYTHON_VERSION) --color no
 
 .PHONY: units
@@ -66,7 +70,7 @@ units: venv test-tree  ## ansible-test units
 	$(ANSIBLE_TEST) units --venv --python $(PYTHON_VERSION) --color no
 
 .PHONY: matrix
-matrix: venv  ## ansible-test sanity and units on every other supported ansible-core line (MATRIX_LINES="2.17 ...")
+matrix: venv sanity-deps  ## ansible-test sanity and units on every other supported ansible-core line (MATRIX_LINES="2.17 ...")
 	python scripts/ansible-matrix.py $(MATRIX_LINES)
 
 .PHONY: pytest

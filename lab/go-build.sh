@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced, not run, by the lab's Go builds (lab/mocknvml, lab/mig-nvml-standin,
 # lab/peer): the toolchain check, a scratch directory, and `go mod download` of one module
 # version. The sourcing script defines fail MESSAGE (print it and exit).

@@ -2,10 +2,14 @@
 # Install the host packages the lab needs, from Debian, when they are missing.
 #   install-deps.sh           podman lab nodes (molecule)
 #   install-deps.sh cluster   also the lab cluster on this host (lab/cluster.py)
+#   install-deps.sh sanity    only the linter for shell scripts (Debian's shellcheck), which
+#                             ansible-test sanity otherwise skips with a mere warning
 set -euo pipefail
 # gcc, libc6-dev (cgo) and apt-utils (apt-ftparchive): lab/toolkit/build.sh.
 pkgs=(podman runc debootstrap uidmap slirp4netns fuse-overlayfs gcc libc6-dev apt-utils)
-if [[ "${1:-}" == cluster ]]; then
+if [[ "${1:-}" == sanity ]]; then
+  pkgs=(shellcheck)
+elif [[ "${1:-}" == cluster ]]; then
   # etcd comes from lab/kube/etcd.sh (3.5; bookworm has 3.4), Kubernetes from lab/kube/build.sh.
   pkgs+=(containerd containernetworking-plugins iproute2)
 fi

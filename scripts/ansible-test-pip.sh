@@ -25,10 +25,10 @@ get_pip=$HOME/.ansible/test/cache/get_pip_${pip_version//./_}.py
 grep -q 'gpuops.k8s' "$get_pip" 2>/dev/null && exit 0
 
 mkdir -p "$cache/wheels" "$(dirname "$get_pip")"
-pip_wheel=$(ls "$cache"/wheels/pip-"$pip_version"-*.whl 2>/dev/null | head -n 1 || true)
+pip_wheel=$(compgen -G "$cache/wheels/pip-$pip_version-*.whl" | head -n 1 || true)
 if [ -z "$pip_wheel" ]; then
   "$python" -m pip download -q --disable-pip-version-check --no-deps -d "$cache/wheels" "pip==$pip_version"
-  pip_wheel=$(ls "$cache"/wheels/pip-"$pip_version"-*.whl | head -n 1)
+  pip_wheel=$(compgen -G "$cache/wheels/pip-$pip_version-*.whl" | head -n 1)
 fi
 cp "$pip_wheel" "$(dirname "$get_pip")/"
 cat >"$get_pip" <<PY

@@ -39,11 +39,11 @@ if [ "$(cat "$collections/.gpuops-stamp" 2>/dev/null)" != "$want" ]; then
   mapfile -t lines < <(grep -v -e '^\s*#' -e '^\s*$' "$repo/requirements/collections.txt")
   wheel_req=${lines[0]}
   mkdir -p "$cache/wheels"
-  wheel=$(ls "$cache"/wheels/"${wheel_req%%==*}"-"${wheel_req##*==}"-*.whl 2>/dev/null | head -n 1 || true)
+  wheel=$(compgen -G "$cache/wheels/${wheel_req%%==*}-${wheel_req##*==}-*.whl" | head -n 1 || true)
   if [ -z "$wheel" ]; then
     log "downloading $wheel_req (collections only are extracted)"
     "$venv/bin/python" -m pip download -q --disable-pip-version-check --no-deps -d "$cache/wheels" "$wheel_req"
-    wheel=$(ls "$cache"/wheels/"${wheel_req%%==*}"-"${wheel_req##*==}"-*.whl | head -n 1)
+    wheel=$(compgen -G "$cache/wheels/${wheel_req%%==*}-${wheel_req##*==}-*.whl" | head -n 1)
   fi
   rm -rf "$collections"
   mkdir -p "$collections/ansible_collections/gpuops"

@@ -29,7 +29,7 @@ for module in $modules; do
   "$bin/ansible-doc" "$module" >/dev/null
 done
 # The installed copy runs: with no NVML library here it must say so, not trace back.
-out=$(ANSIBLE_PYTHON_INTERPRETER="$bin/python" LD_LIBRARY_PATH= "$bin/ansible" localhost \
+out=$(ANSIBLE_PYTHON_INTERPRETER="$bin/python" LD_LIBRARY_PATH='' "$bin/ansible" localhost \
   -m gpuops.k8s.gpu_info -a require_nvml=false 2>&1)
 grep -q '"reason": "library_not_found"' <<<"$out" || { echo "$out" >&2; exit 1; }
-echo "check-build: $(basename "$tarball") ($(du -h "$tarball" | cut -f1)) installs; modules: $(echo $modules)"
+echo "check-build: $(basename "$tarball") ($(du -h "$tarball" | cut -f1)) installs; modules: ${modules//$'\n'/ }"

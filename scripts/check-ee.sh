@@ -134,4 +134,4 @@ for call in "gpuops.k8s.gpu_node name=gpu-node-1" "kubernetes.core.k8s_info kind
     -e "{\"ansible_python_interpreter\": \"$ee/bin/python\"}" 2>&1 || true)
   grep -q 'Connection refused' <<<"$out" || die "$module did not get as far as the API server:"$'\n'"$out"
 done
-say "ok: ansible-builder $builder_version context lists our requirements; modules import, document and run in a venv made from it ($(echo $modules))"
+say "ok: ansible-builder $builder_version context lists our requirements; modules import, document and run in a venv made from it (${modules//$'\n'/ })"

@@ -96,6 +96,7 @@ build_version() {
 
   # The Makefile's recipe for each command, which this script repeats: fail loudly if a
   # release changes it rather than build something the Makefile would not.
+  # shellcheck disable=SC2016  # the Makefile's own text, $(...) included: not for bash to expand
   local recipe='go build -ldflags "-s -w '"'"'-extldflags=$(EXTLDFLAGS)'"'"' -X $(CLI_VERSION_PACKAGE).gitCommit=$(GIT_COMMIT) -X $(CLI_VERSION_PACKAGE).version=$(CLI_VERSION)" $(COMMAND_BUILD_OPTIONS) $(MODULE)/cmd/$(*)'
   grep -qF "$recipe" "$src/Makefile" || { say "$version: the Makefile's cmd recipe is not the one this script knows"; exit 1; }
   grep -qF 'EXTLDFLAGS = -Wl,--export-dynamic -Wl,--unresolved-symbols=ignore-in-object-files -Wl,-z,lazy' "$src/Makefile" \
@@ -146,7 +147,10 @@ control_paragraph() {
 
 # The #DEBHELPER# text for one maintainer script of one package.
 debhelper_snippet() {
-  local script=$1 units=$2 maintscript=$3 line
+  local script=$1 units=$2 maintscript=$3 line quoted
+  # debhelper's list of the units, each in single quotes ($units splits on purpose: names).
+  # shellcheck disable=SC2086
+  quoted=$(printf "'%s' " $units)
   if [ -n "$units" ]; then
     case $script in
       postinst)
@@ -169,7 +173,7 @@ SNIPPET
 if [ "\$1" = "configure" ] || [ "\$1" = "abort-upgrade" ] || [ "\$1" = "abort-deconfigure" ] || [ "\$1" = "abort-remove" ] ; then
 	if [ -z "\${DPKG_ROOT:-}" ] && [ -d /run/systemd/system ]; then
 		systemctl --system daemon-reload >/dev/null || true
-		deb-systemd-invoke start $(printf "'%s' " $units)>/dev/null || true
+		deb-systemd-invoke start $quoted>/dev/null || true
 	fi
 fi
 # End automatically added section
@@ -179,7 +183,7 @@ SNIPPET
         cat <<SNIPPET
 # Automatically added by dh_systemd_start
 if [ -z "\${DPKG_ROOT:-}" ] && [ -d /run/systemd/system ]; then
-	deb-systemd-invoke stop $(printf "'%s' " $units)>/dev/null || true
+	deb-systemd-invoke stop $quoted>/dev/null || true
 fi
 # End automatically added section
 SNIPPET
@@ -194,7 +198,7 @@ fi
 # Automatically added by dh_systemd_enable
 if [ "\$1" = "purge" ]; then
 	if [ -x "/usr/bin/deb-systemd-helper" ]; then
-		deb-systemd-helper purge $(printf "'%s' " $units)>/dev/null || true
+		deb-systemd-helper purge $quoted>/dev/null || true
 	fi
 fi
 # End automatically added section
@@ -281,11 +285,13 @@ README
   done
 
   local paragraph
+  # shellcheck disable=SC2016  # debhelper's literal ${misc:...} substitutions, matched as text
   paragraph=$(control_paragraph "$debian/control" "$name" \
     | sed -e "s;@VERSION@;$deb_version;g" \
       -e "s;@LIBNVIDIA_CONTAINER_TOOLS_VERSION@;$pkg_version-1;g" \
       -e 's;\${misc:Depends}, *;;' -e 's;\${misc:Depends};;' -e 's;\${misc:Pre-Depends};;' \
     | awk '!/^(Pre-)?Depends: *$/')
+  # shellcheck disable=SC2016  # a literal '${' left over means a substitution this script does not know
   [[ $paragraph != *'@'*'@'* && $paragraph != *'${'* ]] || { say "$version: $name's control has an unknown substitution"; exit 1; }
   local section
   section=$(awk '$1 == "Section:" {print $2}' "$debian/control" | sed 's;@SECTION@;;')
