@@ -12,11 +12,14 @@ ignore file) and `ansible-test units`, both in ansible-test's own venvs from tha
 The newest line's sanity also runs the multi-version tests (compile, import) on the
 Pythons of the managed nodes we support (NODE_PYTHONS).
 
-The dev line (requirements/dev.txt) is the `sanity` and `units` gates' own, so it is
-listed but not run again here. Every line runs even after one fails; the summary names
-each failed line and the exit status is 1.
+The dev line (requirements/dev.txt, the `.venv` that every other gate runs in) is the
+`sanity` and `units` gates' own, so only its multi-version sanity tests on the node
+Pythons run here. Every line runs even after one fails; the summary names each failed
+line and the exit status is 1.
 
 Usage: python scripts/ansible-matrix.py [LINE ...]   (default: every line but the dev one)
+       python scripts/ansible-matrix.py --python dev   (the dev line's interpreter, for
+       scripts/bootstrap.sh; stdlib only, so any Python 3 runs it)
 """
 
 from __future__ import annotations
@@ -43,11 +46,12 @@ COLLECTIONS = REPO / ".build" / "collections" / "ansible_collections"
 LINES = [
     ("2.17", "2.17.14", "3.12"),
     ("2.18", "2.18.19", "3.11"),
-    ("2.19", "2.19.14", "3.11"),  # the dev line: `make sanity units`
+    ("2.19", "2.19.14", "3.11"),
     ("2.20", "2.20.10", "3.12"),
-    ("2.21", "2.21.5", "3.13"),
+    ("2.21", "2.21.5", "3.13"),  # the dev line: `make venv` makes .venv with this Python
 ]
-DEV_LINE = "2.19"
+# The newest line: requirements/dev.in pins the same ansible-core.
+DEV_LINE = "2.21"
 # The managed nodes' Python: modules and module_utils must compile and import there.
 NODE_PYTHONS = [("3.9", "RHEL 9"), ("3.10", "Ubuntu 22.04"), ("3.11", "Debian 12")]
 
@@ -129,17 +133,18 @@ def make_tree(line):
     return tree
 
 
-def run_line(line, core, python, newest):
-    times = {}
+def run_line(line, core, python, newest, node_pythons_only=False):
+    """Sanity and units on one line; with node_pythons_only (the dev line, whose own gates
+    run the rest) only the multi-version sanity tests on the node Pythons."""
+    times = {"units": 0.0}
     start = time.monotonic()
     venv = ensure_venv(line, core, python)
     tree = make_tree(line)
     times["setup"] = time.monotonic() - start
     # Sanity: the controller in a venv of the line's Python; the multi-version tests
     # (compile, import) on each target Python, run directly (import makes its own venvs).
-    pythons = [python]
-    if newest:
-        pythons += [version for version, _os in NODE_PYTHONS if version != python]
+    nodes = [version for version, _os in NODE_PYTHONS if version != python] if newest else []
+    pythons = nodes if node_pythons_only else [python, *nodes]
     # ansible-test looks some of them up again as pythonX.Y on PATH (the import test's
     # venvs), where pyenv's shims refuse versions that are not global: links to them first.
     links = CACHE / "bin"
@@ -158,9 +163,12 @@ def run_line(line, core, python, newest):
     controller = ["--controller", f"origin:python=venv/{python}@{interpreter(python)}"]
     on = ", ".join(pythons)
     say(line, f"sanity (ansible-core {core}, controller Python {python}; compile and import on {on})")
+    only = ["--test", "compile", "--test", "import"] if node_pythons_only else []
     start = time.monotonic()
-    ok_sanity = run(line, [*test, "sanity", "--color", "no", *controller, *targets], cwd=tree, env=env)
+    ok_sanity = run(line, [*test, "sanity", "--color", "no", *only, *controller, *targets], cwd=tree, env=env)
     times["sanity"] = time.monotonic() - start
+    if node_pythons_only:
+        return ([] if ok_sanity else ["sanity"]), times
 
     # Units, as `make units`: pythonX.Y is the line's venv (first on PATH).
     say(line, f"units (ansible-core {core}, Python {python})")
@@ -169,6 +177,27 @@ def run_line(line, core, python, newest):
     times["units"] = time.monotonic() - start
     failed = [name for name, ok in (("sanity", ok_sanity), ("units", ok_units)) if not ok]
     return failed, times
+
+
+def summarize(results, dev_row):
+    """Print each line's times and result; the exit status: 1 if any line failed."""
+    print("\n===== ansible-core matrix =====")
+    print(f"  {'line':5} {'ansible-core':12} {'python':6} {'setup':>6} {'sanity':>7} {'units':>6}  result")
+    for line, core, python, failed, times in results:
+        result = "ok" if not failed else "FAILED: " + ", ".join(failed)
+        print(
+            f"  {line:5} {core:12} {python:6} {times['setup']:5.0f}s {times['sanity']:6.0f}s "
+            f"{times['units']:5.0f}s  {result}"
+        )
+    if dev_row:
+        core, python = dev_row
+        print(f"  {DEV_LINE:5} {core:12} {python:6} (the dev line: run by `make sanity units`)")
+    bad = [entry[0] for entry in results if entry[3]]
+    if bad:
+        print(f"matrix FAILED on ansible-core {', '.join(bad)}")
+        return 1
+    print("matrix ok")
+    return 0
 
 
 def main():
@@ -180,12 +209,18 @@ def main():
     )
     parser.add_argument("--list", action="store_true", help="print the table and exit")
     parser.add_argument(
+        "--python",
+        metavar="LINE",
+        help="print the path of LINE's controller Python (\"dev\": the dev line's); run nothing",
+    )
+    parser.add_argument(
         "--venv",
         metavar="LINE",
         help="make LINE's venv if needed and print its path (\"oldest\": the floor's); run nothing",
     )
     args = parser.parse_args()
     table = {line: (core, python) for line, core, python in LINES}
+    named = {"dev": DEV_LINE, "oldest": LINES[0][0]}
     if args.list:
         for line, core, python in LINES:
             note = "  (dev line: make sanity units)" if line == DEV_LINE else ""
@@ -195,10 +230,14 @@ def main():
             % (LINES[-1][0], ", ".join(f"{v} ({name})" for v, name in NODE_PYTHONS))
         )
         return 0
-    if args.venv:
-        line = LINES[0][0] if args.venv == "oldest" else args.venv
+    wanted = args.python or args.venv
+    if wanted:
+        line = named.get(wanted, wanted)
         if line not in table:
-            parser.error(f"unknown line {args.venv}; known: oldest, {', '.join(table)}")
+            parser.error(f"unknown line {wanted}; known: {', '.join([*named, *table])}")
+        if args.python:
+            print(interpreter(table[line][1]))
+            return 0
         with contextlib.redirect_stdout(sys.stderr):  # stdout: the path alone
             venv = ensure_venv(line, *table[line])
         print(venv)
@@ -208,29 +247,18 @@ def main():
         parser.error(f"unknown line(s) {', '.join(unknown)}; known: {', '.join(table)}")
     chosen = args.lines or [entry[0] for entry in LINES if entry[0] != DEV_LINE]
 
+    newest = LINES[-1][0]
     results = []
     for line in chosen:
         core, python = table[line]
-        failed, times = run_line(line, core, python, newest=line == LINES[-1][0])
+        failed, times = run_line(line, core, python, newest=line == newest)
         results.append((line, core, python, failed, times))
-
-    print("\n===== ansible-core matrix =====")
-    print(f"  {'line':5} {'ansible-core':12} {'python':6} {'setup':>6} {'sanity':>7} {'units':>6}  result")
-    for line, core, python, failed, times in results:
-        result = "ok" if not failed else "FAILED: " + ", ".join(failed)
-        print(
-            f"  {line:5} {core:12} {python:6} {times['setup']:5.0f}s {times['sanity']:6.0f}s "
-            f"{times['units']:5.0f}s  {result}"
-        )
-    if DEV_LINE not in chosen:
+    if newest == DEV_LINE and not args.lines:
+        # `make sanity` runs the dev line on its own Python; its node Pythons are ours.
         core, python = table[DEV_LINE]
-        print(f"  {DEV_LINE:5} {core:12} {python:6} (the dev line: run by `make sanity units`)")
-    bad = [entry[0] for entry in results if entry[3]]
-    if bad:
-        print(f"matrix FAILED on ansible-core {', '.join(bad)}")
-        return 1
-    print("matrix ok")
-    return 0
+        failed, times = run_line(DEV_LINE, core, python, newest=True, node_pythons_only=True)
+        results.append((DEV_LINE, core, "nodes", failed, times))
+    return summarize(results, None if DEV_LINE in chosen else table[DEV_LINE])
 
 
 if __name__ == "__main__":

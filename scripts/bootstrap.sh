@@ -14,20 +14,29 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 venv=${GPUOPS_VENV:-$repo/.venv}
 cache=${GPUOPS_CACHE:-$repo/.cache}
 collections=$repo/.build/collections
-python=${PYTHON:-python3}
 
 log() { printf 'bootstrap: %s\n' "$*" >&2; }
 stamp_of() { cat "$@" | sha256sum | cut -c1-16; }
 
-"$python" - <<'PY' || { log "Python >= 3.11 is required (set PYTHON=...)"; exit 1; }
+# The dev line's controller Python (ansible-core 2.21 needs 3.12 or newer): the one
+# scripts/ansible-matrix.py names for it, from pyenv or pythonX.Y on PATH; PYTHON=... wins.
+python=${PYTHON:-$(python3 "$repo/scripts/ansible-matrix.py" --python dev)} || {
+  log "no Python for the dev line (install it with pyenv, or set PYTHON=...)"
+  exit 1
+}
+"$python" - <<'PY' || { log "$python: Python >= 3.12 is required (set PYTHON=...)"; exit 1; }
 import sys
-sys.exit(0 if sys.version_info >= (3, 11) else 1)
+sys.exit(0 if sys.version_info >= (3, 12) else 1)
 PY
 
-# 1. venv
-want=$(stamp_of "$repo/requirements/dev.txt")
+# 1. venv (made again from scratch when its Python is another one)
+want="$(stamp_of "$repo/requirements/dev.txt") $("$python" -V)"
 if [ "$(cat "$venv/.gpuops-stamp" 2>/dev/null)" != "$want" ]; then
-  log "creating venv $venv"
+  if [ -x "$venv/bin/python" ] && [ "$("$venv/bin/python" -V)" != "$("$python" -V)" ]; then
+    log "$venv has $("$venv/bin/python" -V), not $("$python" -V): making it again"
+    rm -rf "$venv"
+  fi
+  log "creating venv $venv ($("$python" -V), requirements/dev.txt)"
   [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
   "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$repo/requirements/dev.txt"
   echo "$want" >"$venv/.gpuops-stamp"

@@ -18,7 +18,8 @@ set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bin=${GPUOPS_VENV:-$repo/.venv}/bin
 cache=${GPUOPS_CACHE:-$repo/.cache}
-python=${PYTHON:-python3}
+# The dev venv's Python: the ansible-core that the definition pins (dev.txt's) needs it.
+python=${PYTHON:-$bin/python}
 builder_version=3.2.0
 builder_venv=$cache/ansible-builder-$builder_version
 work=$(mktemp -d)

@@ -933,16 +933,50 @@ def nvidia_plugin_pods(nodes):
     return nodes.get("pods", "-n", "kube-system", "-l", "name=nvidia-device-plugin-ds")["items"]
 
 
+def managed_profile(provider):
+    """The example inventory's settings for a managed cluster (docs/managed-clusters.md)
+    that a lab node takes as they are: all but how Ansible reaches the nodes and the API."""
+    path = ROOT / "inventories" / "examples" / provider / "group_vars" / "gpu_nodes.yml"
+    settings = yaml.safe_load(path.read_text())
+    return {k: v for k, v in settings.items() if not (k.startswith("ansible_") or k.endswith("_kubeconfig"))}
+
+
 def test_nvidias_daemonset_serves_a_node_in_place_of_the_daemon(nodes, gpu_nodes, fleet):
-    # device_plugin_mode nvidia, as make site runs node 2 (inventories/lab): the role stops
-    # gpuops's daemon there and applies NVIDIA's DaemonSet. Its image is NVIDIA's plugin
-    # built from its Go source (lab/kube/images.sh), in the node's containerd under NVIDIA's
-    # name; the real kubelet gets the node's GPUs through it. Last before the uninstall,
-    # which takes it away with the rest (the faults above need gpuops's daemon here).
-    phases = {"gpuops_site_skip": ["driver", "toolkit", "runtime", "labels", "addons"]}
-    rc, tasks = playbook_on("site.yml", [FAULTED], fleet, **phases)
+    # A managed cluster's profile on a node whose "image" brings the driver, the toolkit and
+    # containerd's nvidia runtime (the converged node 2): EKS's, from its example inventory
+    # (phases driver, toolkit and runtime left out, device_plugin_mode nvidia, the doctor
+    # expecting everything). The role stops gpuops's daemon there and applies NVIDIA's
+    # DaemonSet. Its image is NVIDIA's plugin built from its Go source (lab/kube/images.sh),
+    # in the node's containerd under NVIDIA's name; the real kubelet gets the node's GPUs
+    # through it. Last before the uninstall, which takes it away with the rest (the faults
+    # above need gpuops's daemon here).
+    profile = managed_profile("eks")
+    assert profile["gpuops_site_skip"] == ["driver", "toolkit", "runtime"], profile
+    assert profile["device_plugin_mode"] == "nvidia" and profile["gpu_doctor_skip"] == [], profile
+    # What the lab still says: a container has no kernel module of its own (as make site);
+    # labels and addons stay out (make site runs them; their taint would keep the other
+    # tests' pods, which tolerate none, off the node).
+    lab = {
+        "gpuops_site_skip": [*profile["gpuops_site_skip"], "labels", "addons"],
+        "gpu_doctor_skip": ["driver_module"],
+    }
+    rc, tasks = playbook_on("site.yml", [FAULTED], fleet, **{**profile, **lab})
     results = dict(tasks)
     assert rc == 0, [(n, h.get(FAULTED, {}).get("msg")) for n, h in tasks if h.get(FAULTED, {}).get("failed")]
+    # The image's phases did not run; the doctor, expecting everything, found nothing.
+    ran = {
+        name.split(" : ")[0]
+        for name, hosts in tasks
+        if not hosts.get(FAULTED, {"skipped": True}).get("skipped")
+    }
+    image_roles = {
+        "gpuops.k8s.nvidia_driver",
+        "gpuops.k8s.nvidia_container_toolkit",
+        "gpuops.k8s.container_runtime",
+    }
+    assert not ran & image_roles, ran
+    doctor = results["gpuops.k8s.gpu_doctor : Diagnose the node"][FAULTED]["ansible_facts"]
+    assert doctor["gpu_doctor_findings"] == [], doctor["gpu_doctor_findings"]
     assert results[STOP_DAEMON_TASK][FAULTED]["changed"], results[STOP_DAEMON_TASK]
     assert results[NVIDIA_PLUGIN_TASK][FAULTED]["changed"], results[NVIDIA_PLUGIN_TASK]
     (pod,) = nvidia_plugin_pods(nodes)
