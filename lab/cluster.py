@@ -162,6 +162,12 @@ def issue_certificate(directory, stem, cn, org=None, *, server=False, dns=(), ip
         .not_valid_after(now + datetime.timedelta(days=3650))
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        # Python 3.13's default TLS context verifies strictly (VERIFY_X509_STRICT): a
+        # certificate without these fails with "Missing Authority Key Identifier".
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_cert.public_key()), critical=False
+        )
     )
     if server:
         sans = [x509.DNSName(d) for d in dns] + [x509.IPAddress(ipaddress.ip_address(i)) for i in ips]
@@ -169,10 +175,21 @@ def issue_certificate(directory, stem, cn, org=None, *, server=False, dns=(), ip
     _write_key_and_cert(stem, key, builder.sign(ca_key, hashes.SHA256()), directory)
 
 
+# Written into PKI/.complete; a PKI made by another version is made again (with a new CA:
+# the nodes' certificates are issued again at every `nodes.py up` anyway). 2: certificates
+# with key identifiers (issue_certificate).
+PKI_VERSION = "2"
+
+
 def make_pki():
-    """One CA and a certificate per component; kept across up/down (only --purge removes them)."""
-    if (PKI / ".complete").exists():
+    """One CA and a certificate per component; kept across up/down (only --purge removes
+    them, or a change of PKI_VERSION)."""
+    done = PKI / ".complete"
+    if done.exists() and done.read_text().strip() == PKI_VERSION:
         return
+    if done.exists():
+        log("the certificates are of an older layout: making the lab's PKI again")
+        shutil.rmtree(PKI)
     PKI.mkdir(parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(minutes=5)
     until = now + datetime.timedelta(days=3650)
@@ -190,6 +207,7 @@ def make_pki():
         .add_extension(
             x509.KeyUsage(True, False, False, False, False, True, True, False, False), critical=True
         )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
     _write_key_and_cert("ca", ca_key, ca_cert)
@@ -224,7 +242,7 @@ def make_pki():
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
         )
     )
-    (PKI / ".complete").write_text("")
+    done.write_text(PKI_VERSION + "\n")
 
 
 def write_kubeconfig(path, user, cert_stem, *, pki=PKI, server=None, tls_server_name=None):
