@@ -955,10 +955,11 @@ def test_nvidias_daemonset_serves_a_node_in_place_of_the_daemon(nodes, gpu_nodes
     assert profile["device_plugin_mode"] == "nvidia" and profile["gpu_doctor_skip"] == [], profile
     # What the lab still says: a container has no kernel module of its own (as make site);
     # labels and addons stay out (make site runs them; their taint would keep the other
-    # tests' pods, which tolerate none, off the node).
+    # tests' pods, which tolerate none, off the node), so the doctor must not expect the
+    # labels either (it found "GPU labels or taints are not current" otherwise).
     lab = {
         "gpuops_site_skip": [*profile["gpuops_site_skip"], "labels", "addons"],
-        "gpu_doctor_skip": ["driver_module"],
+        "gpu_doctor_skip": ["driver_module", "labels"],
     }
     rc, tasks = playbook_on("site.yml", [FAULTED], fleet, **{**profile, **lab})
     results = dict(tasks)
