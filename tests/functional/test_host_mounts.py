@@ -26,7 +26,7 @@ def volumes(tmp_path, mounts):
         "plugin": template_expr("device_plugin", "nvidia-device-plugin.yml.j2"),
         "pod": template_expr("gpu_validation", "pod.yaml.j2"),
     }
-    (got,) = resolve("node-1,", [], exprs=exprs, extra=extra, tmp_path=tmp_path).values()
+    got = resolve("node-1,", [], exprs=exprs, extra=extra, tmp_path=tmp_path)["node-1"]
     plugin = yaml.safe_load(got["plugin"])["spec"]["template"]["spec"]["volumes"]
     pod = yaml.safe_load(got["pod"])["spec"]["volumes"]
     return [v["hostPath"] for v in plugin if v["name"].startswith("host-")], [v["hostPath"] for v in pod]
