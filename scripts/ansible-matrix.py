@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import glob
 import os
 import shutil
@@ -87,6 +88,20 @@ def ensure_venv(line, core, python):
     requirements (requirements.txt: what a playbook run needs, e.g. the lab's site.yml run
     on the oldest line); made again only when either changes."""
     venv = CACHE / f"{line}-py{python}"
+    # make test's lanes may both want it: the matrix, and the lab nodes' oldest-line run.
+    with locked(venv.with_name(venv.name + ".lock")):
+        return _ensure_venv(venv, line, core, python)
+
+
+@contextlib.contextmanager
+def locked(path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _ensure_venv(venv, line, core, python):
     stamp = venv / ".gpuops-stamp"
     want = f"ansible-core=={core}"
     # Ours, and those of the collection we depend on (as an execution environment gets them).
