@@ -12,6 +12,8 @@ SSH as a non-root user with sudo, the way a real fleet is.
 Node i is gpuops-node-<i> at 10.252.1.<10+i> on the podman network NETWORK: odd nodes
 Debian 12 with its containerd 1.6, even nodes Debian 13 with its containerd 1.7. They
 start with nothing of NVIDIA's: no driver, toolkit, nvidia runtime or device plugin.
+Node 2 is air-gapped: no default route (the host, with the API server and the mirror, is
+its only way out) and apt sources that name the mirror's Debian subset only.
 `up` leaves an Ansible inventory of them (INVENTORY) and the SSH key, config and known
 hosts it names under SSH_DIR, and serves the fleet's package mirror (MIRROR_URL: NVIDIA's
 Container Toolkit built from source, the lab driver packages) from the host. `down`
@@ -59,6 +61,19 @@ DRIVER_VERSIONS = ("550.163.01", "560.35.03")
 # that reaches no PyPI.
 WHEELHOUSE = MIRROR_DIR / "device-plugin-wheels"
 NODE_PYTHONS = ("3.11", "3.13")
+# The air-gapped node (issue 18): site.yml passing there proves that docs/air-gapped.md's
+# mirrors are all a site needs. Its apt sources name the mirror's Debian subset, which
+# holds what site.yml's roles install from the distribution on a node with the lab's
+# image (and whatever those packages need). A role that starts to fetch anything else
+# fails there: add it here only once docs/air-gapped.md says where a site mirrors it.
+AIR_GAPPED_NODES = (2,)
+DEBIAN_PACKAGES = (
+    "python3-pynvml",  # nvidia_driver, for gpu_info
+    "python3-tomlkit",  # container_runtime
+    "python3-venv",  # device_plugin (mode gpuops)
+    "python3-packaging",  # device_plugin (mode gpuops), for ansible.builtin.pip
+)
+DEBIAN_MIRROR = MIRROR_DIR / "debian"
 
 
 @dataclass(frozen=True)
@@ -76,6 +91,10 @@ class Node:
     @property
     def ip(self):
         return str(ipaddress.ip_network(NODES_SUBNET).network_address + 10 + self.index)
+
+    @property
+    def air_gapped(self):
+        return self.index in AIR_GAPPED_NODES
 
     @property
     def pod_subnet(self):
@@ -298,7 +317,62 @@ def fill_wheelhouse():
     stamp_file.write_text(wanted)
 
 
-def publish_mirror():
+def fill_debian_subset(suite):
+    """DEBIAN_PACKAGES and what they need on the suite's node image, as a flat apt
+    repository under DEBIAN_MIRROR: resolved and downloaded by apt in a throwaway container
+    of that image, with the lab driver's repository beside Debian's (python3-pynvml needs
+    the libnvidia-ml.so.1 it provides, as a site's driver mirror would)."""
+    image = cluster.script_output(LAB / "kube-node-image.sh", suite)[-1]
+    image_id = podman("image", "inspect", "--format", "{{.Id}}", image).stdout.strip()
+    driver = MIRROR_DIR / "gpuops-lab-driver"
+    wanted = hashlib.sha256(
+        json.dumps([image_id, DEBIAN_PACKAGES, (driver / ".stamp").read_text()]).encode()
+    ).hexdigest()[:16]
+    out = DEBIAN_MIRROR / suite
+    if (out / ".stamp").is_file() and (out / ".stamp").read_text() == wanted:
+        return
+    log("filling the mirror's Debian %s subset: %s and what they need" % (suite, ", ".join(DEBIAN_PACKAGES)))
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    # With Recommends, as container_runtime and device_plugin install. The driver's newest
+    # version: each has the same dependencies.
+    script = (
+        "echo 'deb [trusted=yes] file:/driver ./' >/etc/apt/sources.list.d/gpuops-lab-driver.list\n"
+        "apt-get update -q >/dev/null\n"
+        "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --download-only "
+        "gpuops-lab-driver %s >/dev/null\n"
+        "cp /var/cache/apt/archives/*.deb /out/" % " ".join(DEBIAN_PACKAGES)
+    )
+    podman(
+        "run",
+        "--rm",
+        "--entrypoint",
+        "/bin/bash",
+        "--volume",
+        "%s:/driver:ro" % driver,
+        "--volume",
+        "%s:/out" % out,
+        image,
+        "-euc",
+        script,
+    )
+    run(["bash", "-c", "dpkg-scanpackages --multiversion . /dev/null 2>/dev/null >Packages"], cwd=out)
+    (out / ".stamp").write_text(wanted)
+
+
+def air_gap(node):
+    """Cut the node's route out and point its apt at the mirror's Debian subset only."""
+    node_exec(
+        node,
+        "rm -f /etc/apt/sources.list.d/debian.sources /etc/apt/sources.list\n"
+        "echo 'deb [trusted=yes] %s/debian/%s ./' >/etc/apt/sources.list.d/gpuops-lab-mirror.list\n"
+        # On-link, NODES_SUBNET stays: the host (API server, mirror, DNS) and the other nodes.
+        "ip route del default\n"
+        "! ip route show | grep -q '^default'" % (MIRROR_URL, node.suite),
+    )
+
+
+def publish_mirror(nodes):
     """The mirror's tree (the toolkit's signed repository, the driver packages) and its
     server, a lab component like the API server."""
     MIRROR_DIR.mkdir(parents=True, exist_ok=True)
@@ -314,6 +388,8 @@ def publish_mirror():
         shutil.rmtree(driver, ignore_errors=True)
         cluster.script_output(LAB / "driver" / "build-repo.sh", str(driver), *DRIVER_VERSIONS)
         (driver / ".stamp").write_text(wanted)
+    for suite in sorted({node.suite for node in nodes if node.air_gapped}):
+        fill_debian_subset(suite)
     fill_wheelhouse()
     cluster.start(
         "mirror",
@@ -412,6 +488,8 @@ def join(node, bins, images, public_key):
         script.append("ctr -n k8s.io images import %s >/dev/null" % archive)
     script += ["systemctl daemon-reload", "systemctl enable --now kubelet"]
     node_exec(node, "\n".join(script))
+    if node.air_gapped:
+        air_gap(node)
     return known
 
 
@@ -424,6 +502,7 @@ def write_inventory(nodes):
             "ansible_become": True,
             "ansible_python_interpreter": "/usr/bin/python3",
             "gpuops_lab_node_suite": node.suite,
+            "gpuops_lab_node_air_gapped": node.air_gapped,
             "gpuops_lab_mirror_url": MIRROR_URL,
         }
         for node in nodes
@@ -470,7 +549,7 @@ def up(args):
     ssh_config(nodes)
     write_inventory(nodes)
     # After the nodes: the gateway address exists once a container is on the network.
-    publish_mirror()
+    publish_mirror(nodes)
     for node in nodes:
         cluster.wait_for("node %s Ready" % node.name, lambda n=node: cluster.node_ready(bins, n.name), 180)
     log("%d node(s) up in %.1f s; inventory %s" % (len(nodes), time.monotonic() - t0, INVENTORY))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -408,6 +409,39 @@ def test_the_driver_package_is_pinned_and_held_without_a_kernel_module_of_its_ow
             "Pin: version 550.163.01*",
             "1",
         ], (name, result["stdout"])
+
+
+# lab/nodes.py's air-gapped node, and one that is not (the control: the same probe reaches
+# the distribution's mirror from there, as it does from this machine).
+AIR_GAPPED_NODE, ONLINE_NODE = "gpuops-node-2", "gpuops-node-1"
+MIRROR_URL = "http://10.252.1.1:8750/"
+
+
+def test_the_air_gapped_node_reaches_only_the_lab_and_its_software_came_from_the_mirror(gpu_nodes):
+    # The fleet's air-gapped node (docs/air-gapped.md): no route out but to this machine
+    # (the API server and the mirror), apt sources that name the mirror alone. The driver,
+    # the toolkit, the runtime's and the daemon's packages and wheels (the fixture's runs),
+    # and later site.yml (NVIDIA's DaemonSet, below), all installed and passed there.
+    debian = socket.getaddrinfo("deb.debian.org", 80, socket.AF_INET, socket.SOCK_STREAM)[0][4][0]
+    probe = (
+        'python3 -c "import socket\n'
+        "try: socket.create_connection(('%s', 80), timeout=5).close(); print('reached')\n"
+        "except OSError as exc: print('unreachable: %%s' %% exc)\"; "
+        "ip route show default | grep -c . || true; "
+        "apt-get -q update >/dev/null && apt-get indextargets --format '$(URI)' | sort -u" % debian
+    )
+    rc, hosts = ansible(
+        "--limit", "%s,%s" % (AIR_GAPPED_NODE, ONLINE_NODE), "-m", "ansible.builtin.shell", "-a", probe
+    )
+    assert rc == 0, hosts
+    reached, default_routes, *uris = hosts[AIR_GAPPED_NODE]["stdout"].split("\n")
+    assert reached.startswith("unreachable:") and default_routes == "0", hosts[AIR_GAPPED_NODE]["stdout"]
+    assert uris and all(uri.startswith(MIRROR_URL) for uri in uris), uris
+    reached, default_routes, *_uris = hosts[ONLINE_NODE]["stdout"].split("\n")
+    assert (reached, default_routes) == ("reached", "1"), hosts[ONLINE_NODE]["stdout"]
+    # It got the same software as the node that reaches Debian.
+    first = gpu_nodes["first"]
+    assert first[AIR_GAPPED_NODE] and first[AIR_GAPPED_NODE][: len(DRIVER_TASKS)] == DRIVER_TASKS, first
 
 
 @pytest.mark.parametrize("node", CONTAINERD_NODES)
