@@ -415,6 +415,7 @@ def test_the_driver_package_is_pinned_and_held_without_a_kernel_module_of_its_ow
 # the distribution's mirror from there, as it does from this machine).
 AIR_GAPPED_NODE, ONLINE_NODE = "gpuops-node-2", "gpuops-node-1"
 MIRROR_URL = "http://10.252.1.1:8750/"
+TOOLKIT_KEYRING = "/etc/apt/keyrings/nvidia-container-toolkit-keyring.asc"
 
 
 def test_the_air_gapped_node_reaches_only_the_lab_and_its_software_came_from_the_mirror(gpu_nodes):
@@ -439,9 +440,14 @@ def test_the_air_gapped_node_reaches_only_the_lab_and_its_software_came_from_the
     assert uris and all(uri.startswith(MIRROR_URL) for uri in uris), uris
     reached, default_routes, *_uris = hosts[ONLINE_NODE]["stdout"].split("\n")
     assert (reached, default_routes) == ("reached", "1"), hosts[ONLINE_NODE]["stdout"]
-    # It got the same software as the node that reaches Debian.
+    # It got the same software as the node that reaches Debian, the toolkit's key from
+    # the inventory's content (its URL answers nothing).
     first = gpu_nodes["first"]
     assert first[AIR_GAPPED_NODE] and first[AIR_GAPPED_NODE][: len(DRIVER_TASKS)] == DRIVER_TASKS, first
+    mirror_key = INVENTORY.parent.parent / "mirror" / "nvidia-container-toolkit" / "gpgkey"
+    keyring = on_node(AIR_GAPPED_NODE, "ansible.builtin.command", "cat %s" % TOOLKIT_KEYRING)
+    # (The file lookup that gives the content drops the key's last newline.)
+    assert keyring["stdout"] == mirror_key.read_text().strip(), keyring
 
 
 @pytest.mark.parametrize("node", CONTAINERD_NODES)
@@ -723,6 +729,10 @@ def doctor_findings(fleet):
 # Faults go on the second containerd node (Debian 13, containerd 1.7, the runtime as a
 # drop-in); the first is the healthy control.
 FAULTED, HEALTHY = CONTAINERD_NODES[1], CONTAINERD_NODES[0]
+# How long a faulted node's test pod, which cannot start, is given: long enough for the
+# kubelet's first sandbox attempt to fail and say why while make test's other lanes keep
+# both cores busy.
+FAULT_POD_TIMEOUT = 45
 
 
 def on_faulted(module, args):
@@ -760,11 +770,12 @@ def test_a_removed_runtime_binary_is_found_on_its_node_only_and_fails_its_valida
         assert "toolkit" not in findings[HEALTHY], findings
         # nvidia is the node's default runtime, so containerd cannot start even the pod's
         # sandbox: the pod stays Pending, and the kubelet's warning on it is the reason.
-        rc, result = validation_on(fleet, FAULTED, gpu_validation_timeout=20)
+        rc, result = validation_on(fleet, FAULTED, gpu_validation_timeout=FAULT_POD_TIMEOUT)
         assert rc != 0 and len(result["reasons"]) == 1, result
         reason = result["reasons"][0]
         assert reason.startswith(
-            "test pod did not finish within 20 s (phase Pending, ContainerCreating): FailedCreatePodSandBox: "
+            "test pod did not finish within %d s (phase Pending, ContainerCreating): FailedCreatePodSandBox: "
+            % FAULT_POD_TIMEOUT
         ), result
         assert reason.endswith("fork/exec %s: no such file or directory: unknown" % RUNTIME_BINARY), result
     finally:
@@ -794,10 +805,11 @@ def test_the_runtime_dropped_by_another_tool_is_found_and_the_drift_guard_puts_i
             "the nvidia runtime is missing from (or differs in) " + CONTAINERD_CONFIG
         ), findings
         assert "runtime" not in findings[HEALTHY], findings
-        rc, result = validation_on(fleet, FAULTED, gpu_validation_timeout=20)
+        rc, result = validation_on(fleet, FAULTED, gpu_validation_timeout=FAULT_POD_TIMEOUT)
         assert rc != 0 and len(result["reasons"]) == 1, result
         assert result["reasons"][0].startswith(
-            "test pod did not finish within 20 s (phase Pending, ContainerCreating): FailedCreatePodSandBox: "
+            "test pod did not finish within %d s (phase Pending, ContainerCreating): FailedCreatePodSandBox: "
+            % FAULT_POD_TIMEOUT
         ), result
         assert 'no runtime for "nvidia" is configured' in result["reasons"][0], result
     finally:
