@@ -282,6 +282,12 @@ def admit_ssh(node, public_key):
 # --- the mirror -------------------------------------------------------------------------
 
 
+def made_for(directory, wanted):
+    """Whether DIRECTORY was last filled for WANTED: its .stamp, written last, says so."""
+    stamp_file = directory / ".stamp"
+    return stamp_file.is_file() and stamp_file.read_text() == wanted
+
+
 def driver_repo_stamp():
     digest = hashlib.sha256(" ".join(DRIVER_VERSIONS).encode())
     for part in ("driver/build-repo.sh", "driver/driver-root.sh", "profiles/h100-8x-nvswitch.yaml"):
@@ -299,8 +305,7 @@ def fill_wheelhouse():
     )
     requirements = defaults["device_plugin_requirements"] + defaults["device_plugin_build_requirements"]
     wanted = hashlib.sha256(json.dumps([requirements, NODE_PYTHONS]).encode()).hexdigest()[:16]
-    stamp_file = WHEELHOUSE / ".stamp"
-    if stamp_file.is_file() and stamp_file.read_text() == wanted:
+    if made_for(WHEELHOUSE, wanted):
         return
     log("downloading the device plugin's wheels for Python %s" % ", ".join(NODE_PYTHONS))
     shutil.rmtree(WHEELHOUSE, ignore_errors=True)
@@ -314,7 +319,7 @@ def fill_wheelhouse():
             ]
             + requirements
         )
-    stamp_file.write_text(wanted)
+    (WHEELHOUSE / ".stamp").write_text(wanted)
 
 
 def fill_debian_subset(suite):
@@ -329,7 +334,7 @@ def fill_debian_subset(suite):
         json.dumps([image_id, DEBIAN_PACKAGES, (driver / ".stamp").read_text()]).encode()
     ).hexdigest()[:16]
     out = DEBIAN_MIRROR / suite
-    if (out / ".stamp").is_file() and (out / ".stamp").read_text() == wanted:
+    if made_for(out, wanted):
         return
     log("filling the mirror's Debian %s subset: %s and what they need" % (suite, ", ".join(DEBIAN_PACKAGES)))
     shutil.rmtree(out, ignore_errors=True)
@@ -383,7 +388,7 @@ def publish_mirror(nodes):
         link.symlink_to(toolkit)
     driver = MIRROR_DIR / "gpuops-lab-driver"
     wanted = driver_repo_stamp()
-    if not (driver / ".stamp").is_file() or (driver / ".stamp").read_text() != wanted:
+    if not made_for(driver, wanted):
         log("building the lab driver packages %s" % ", ".join(DRIVER_VERSIONS))
         shutil.rmtree(driver, ignore_errors=True)
         cluster.script_output(LAB / "driver" / "build-repo.sh", str(driver), *DRIVER_VERSIONS)
