@@ -7,6 +7,7 @@ Every RPC, registration order, kubelet restarts, health with recovery, SIGHUP, S
 bad configurations, MIG and metrics.
 """
 
+import json
 import os
 import re
 import shutil
@@ -21,6 +22,10 @@ from kubelet_standin import KubeletStandin
 from gpuops_device_plugin.api import api_pb2
 
 GPU = "nvidia.com/gpu"
+# The daemon on a real H100's NVML, recorded by lab/real-gpu/record.py (its README.md).
+REAL_H100 = os.path.join(
+    os.path.dirname(__file__), "..", "fixtures", "real_gpu", "h100-80gb-hbm3", "daemon.json"
+)
 
 
 @pytest.fixture(scope="module")
@@ -275,6 +280,16 @@ sharing:
             replicas: 1
 """
 
+# What lab/real-gpu/record.py sends the daemon with SIGHUP.
+TWO_REPLICAS_CONFIG = """\
+version: v1
+sharing:
+  timeSlicing:
+    resources:
+      - name: nvidia.com/gpu
+        replicas: 2
+"""
+
 
 def test_sighup_reloads_the_configuration(kubelet, start, plugin_dir):
     path = write_config(plugin_dir, "version: v1\n")
@@ -377,3 +392,42 @@ def test_metrics_count_devices_registrations_and_rpcs(kubelet, start):
     assert 'gpuops_device_plugin_registrations_total{resource="nvidia.com/gpu",result="ok"} 1.0' in text
     assert 'gpuops_device_plugin_allocations_total{resource="nvidia.com/gpu"} 1.0' in text
     assert 'gpuops_device_plugin_rpc_duration_seconds_count{method="Allocate"} 1.0' in text
+
+
+def test_answers_the_kubelet_as_it_did_on_a_real_h100(kubelet, start, plugin_dir):
+    """Over the mock as on the real GPU, with the same configuration: the same options,
+    Allocate answers (the GPU's UUID aside), time-sliced replicas and metric names."""
+    with open(REAL_H100) as handle:
+        real = json.load(handle)
+    real_uuid = real["list_and_watch"][0]["id"]
+    path = write_config(plugin_dir, "version: v1\n")
+    daemon = start(config=path)
+    client = ready(kubelet)
+    assert {
+        "pre_start_required": client.registered_options.pre_start_required,
+        "get_preferred_allocation_available": client.registered_options.get_preferred_allocation_available,
+    } == real["registered_options"]
+    envs = dict(client.allocate([H100_UUIDS[0]]).container_responses[0].envs)
+    assert envs == {
+        key: value.replace(real_uuid, H100_UUIDS[0]) for key, value in real["allocate"]["envs"].items()
+    }
+    assert not any(real["allocate"][key] for key in ("mounts", "devices", "annotations", "cdi_devices"))
+    metrics = {
+        line.split("{")[0].split(" ")[0]
+        for line in daemon.metrics().splitlines()
+        if line.startswith("gpuops_")
+    }
+    assert metrics == set(real["metrics"])
+    with open(path, "w") as handle:
+        handle.write(TWO_REPLICAS_CONFIG)
+    before = kubelet.registrations
+    daemon.signal(signal.SIGHUP)
+    shared = kubelet.wait_registered(GPU, after=before, timeout=15).wait(all_healthy(16))
+    assert sorted(d for d in shared if d.startswith(H100_UUIDS[0])) == [
+        name.replace(real_uuid, H100_UUIDS[0]) for name in real["time_slicing_2"]
+    ]
+    replica = dict(kubelet.clients[GPU].allocate([H100_UUIDS[0] + "::0"]).container_responses[0].envs)
+    assert replica == {
+        key: value.replace(real_uuid, H100_UUIDS[0])
+        for key, value in real["time_slicing_allocate"]["envs"].items()
+    }

@@ -17,7 +17,7 @@ import re
 import pytest
 import yaml
 from _mock import PROFILES, mock_env, run_python
-from conftest import run_module
+from conftest import REPO, run_module
 
 H100 = "h100-8x-nvswitch.yaml"
 H100_LOST = "h100-lost-gpu.yaml"
@@ -181,6 +181,32 @@ def test_identity_and_labels(mocknvml, sysfs, name):
         assert labels["nvidia.com/mig.capable"] == mig_capable
     assert labels["nvidia.com/cuda.driver-version.full"] == "550.163.01"
     assert labels["nvidia.com/cuda.runtime-version.full"] == "12.4"
+
+
+REAL_H100 = REPO / "tests" / "fixtures" / "real_gpu" / "h100-80gb-hbm3"
+# What a board decides, as opposed to the driver, the host or the fleet around it.
+BOARD_FACTS = ("name", "memory_total_mib", "compute_capability", "family", "mig", "persistence_mode")
+BOARD_LABELS = (
+    "accelerator",
+    "nvidia.com/gpu.product",
+    "nvidia.com/gpu.memory",
+    "nvidia.com/gpu.family",
+    "nvidia.com/gpu.compute.major",
+    "nvidia.com/gpu.compute.minor",
+    "nvidia.com/mig.capable",
+    "nvidia.com/mps.capable",
+)
+
+
+def test_the_h100_profile_answers_as_the_real_h100_did(mocknvml, sysfs):
+    """The lab's H100 stands for the one lab/real-gpu/record.py met (its README.md)."""
+    real = json.loads((REAL_H100 / "gpu_info.json").read_text())
+    result = gpu_info(mocknvml, sysfs, H100)
+    for gpu in result["gpus"]:
+        assert {key: gpu[key] for key in BOARD_FACTS} == {key: real["gpus"][0][key] for key in BOARD_FACTS}
+    assert {key: result["labels"][key] for key in BOARD_LABELS} == {
+        key: real["labels"][key] for key in BOARD_LABELS
+    }
 
 
 def test_h100_gpus_all_reach_each_other_through_nvswitch(mocknvml, sysfs):

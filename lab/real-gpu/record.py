@@ -1,0 +1,272 @@
+# Copyright (c) gpuops.k8s contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Record what gpuops sees of a real NVIDIA GPU, sanitised, as test fixtures.
+
+For a machine with NVIDIA's driver and a GPU (the device machine some sessions are lent):
+
+    python3 lab/real-gpu/record.py OUTDIR
+
+It reads and never sets: NVML queries, and the daemon's answers to a kubelet stand-in
+(Allocate only answers; nothing is configured on the GPU, MIG mode included). It writes:
+
+- gpu_info.json: the gpuops.k8s.gpu_info module's result, run by the real ansible CLI;
+- daemon.json: our daemon (python -m gpuops_device_plugin) on the driver's NVML, through
+  lab/daemon/kubelet_standin.py: registration, ListAndWatch with topology, a preferred
+  allocation, Allocate, metrics, a SIGHUP to time-slicing and back, SIGTERM; timings;
+- nvml_query.json: lab/kube/nvml-query.py, what the lab's validation pod runs;
+- nvidia-smi.txt: `nvidia-smi -q` and `nvidia-smi topo -m`, for people.
+
+Identifiers (GPU UUIDs, serial numbers, board ids, the host's name) are replaced by
+stand-ins in every file before it is written, so the real ones never leave the machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "lab" / "daemon"))
+sys.path.insert(0, str(ROOT / "roles" / "device_plugin" / "files" / "gpuops-device-plugin"))
+
+import grpc  # noqa: E402
+import pynvml  # noqa: E402
+from dp_harness import DAEMON_DIR, Daemon, short_tempdir  # noqa: E402
+from google.protobuf.json_format import MessageToDict  # noqa: E402
+from kubelet_standin import KubeletStandin  # noqa: E402
+
+from gpuops_device_plugin.api import api_pb2, api_pb2_grpc  # noqa: E402
+
+GPU = "nvidia.com/gpu"
+HOST_STAND_IN = "real-gpu-host"
+TIME_SLICING = """\
+version: v1
+sharing:
+  timeSlicing:
+    resources:
+      - name: nvidia.com/gpu
+        replicas: 2
+"""
+PLAYBOOK = """\
+- name: Record gpu_info on a real GPU
+  hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Describe the GPUs
+      gpuops.k8s.gpu_info:
+      register: gpu_info
+    - name: Keep the result
+      ansible.builtin.copy:
+        content: "{{ gpu_info | to_nice_json }}"
+        dest: "{{ out }}"
+        mode: "0644"
+"""
+
+
+def _text(value):
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def identifiers():
+    """Real identifier -> stand-in, longest first so no stand-in splits another."""
+    found = {}
+    pynvml.nvmlInit()
+    try:
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            found[_text(pynvml.nvmlDeviceGetUUID(handle))] = "GPU-00000000-0000-4000-8000-%012d" % index
+            for getter, stand_in in (
+                (pynvml.nvmlDeviceGetSerial, "SERIAL%d"),
+                (pynvml.nvmlDeviceGetBoardId, None),
+            ):
+                try:
+                    value = getter(handle)
+                except pynvml.NVMLError:
+                    continue
+                if stand_in and value:
+                    found[_text(value)] = stand_in % index
+    finally:
+        pynvml.nvmlShutdown()
+    return dict(sorted(found.items(), key=lambda item: -len(item[0])))
+
+
+def sanitise(text, ids):
+    for real, stand_in in ids.items():
+        if real:
+            text = text.replace(real, stand_in)
+    # The host's name as a word only: a short one ("gpu") may be part of other words.
+    text = re.sub(r"\b%s\b" % re.escape(socket.gethostname()), HOST_STAND_IN, text)
+    # nvidia-smi -q names identifiers NVML's Python bindings do not return as strings.
+    for field in (
+        "Serial Number",
+        "Board Id",
+        "GPU Part Number",
+        "Module ID",
+        "GPU PDI",
+        "Inforom Image Version",
+    ):
+        text = re.sub(r"(?m)^(\s*%s\s*:).*$" % re.escape(field), r"\1 (removed)", text)
+    return text
+
+
+def nvml_library_dir():
+    listing = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, check=False).stdout
+    for line in listing.splitlines():
+        if "libnvidia-ml.so.1 " in line and "x86-64" in line:
+            return os.path.dirname(line.split("=>")[-1].strip())
+    return os.environ.get("LD_LIBRARY_PATH", "")
+
+
+def run_gpu_info(out):
+    """gpu_info through ansible-playbook, with this checkout as the collection gpuops.k8s."""
+    tree = Path(tempfile.mkdtemp(prefix="real-gpu-ac-"))
+    (tree / "ansible_collections" / "gpuops").mkdir(parents=True)
+    (tree / "ansible_collections" / "gpuops" / "k8s").symlink_to(ROOT)
+    playbook = tree / "record.yml"
+    playbook.write_text(PLAYBOOK)
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(tree), ANSIBLE_LOCALHOST_WARNING="false")
+    extra = json.dumps({"ansible_python_interpreter": sys.executable, "out": str(out)})
+    command = [sys.executable, "-m", "ansible", "playbook", "-i", "localhost,", "-c", "local", "-e", extra]
+    started = time.perf_counter()
+    proc = subprocess.run(
+        [*command, str(playbook)], capture_output=True, text=True, env=env, check=False, timeout=300
+    )
+    seconds = time.perf_counter() - started
+    print(proc.stdout[-3000:], proc.stderr[-3000:], flush=True)
+    return {"rc": proc.returncode, "seconds": round(seconds, 2)}
+
+
+def list_and_watch(endpoint):
+    """The first ListAndWatch message, whole (the stand-in keeps only IDs and health)."""
+    channel = grpc.insecure_channel("unix://" + endpoint)
+    try:
+        stream = api_pb2_grpc.DevicePluginStub(channel).ListAndWatch(api_pb2.Empty())
+        message = next(iter(stream))
+        stream.cancel()
+    finally:
+        channel.close()
+    return [
+        {
+            "id": d.ID,
+            "health": d.health,
+            "numa_nodes": [n.ID for n in d.topology.nodes] if d.HasField("topology") else None,
+        }
+        for d in message.devices
+    ]
+
+
+def allocate_response(response):
+    container = response.container_responses[0]
+    return MessageToDict(
+        container, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+    )
+
+
+def allocation_latency(client, ids, count):
+    timings = []
+    for _call in range(count):
+        started = time.perf_counter()
+        client.allocate(ids)
+        timings.append((time.perf_counter() - started) * 1000)
+    timings.sort()
+    return [round(timings[count // 2], 3), round(timings[count * 99 // 100], 3)]
+
+
+def run_daemon(lib_dir):
+    plugin_dir = short_tempdir("real-gpu-dp-")
+    config = Path(plugin_dir + ".yaml")
+    config.write_text("version: v1\n")
+    kubelet = KubeletStandin(plugin_dir)
+    kubelet.start()
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(DAEMON_DIR), os.environ.get("PYTHONPATH")]))}
+    daemon = Daemon(lib_dir, plugin_dir, profile=None, config=config, env=env)
+    record = {}
+    try:
+        started = time.perf_counter()
+        daemon.start()
+        client = kubelet.wait_registered(GPU, timeout=60)
+        record["seconds_to_registration"] = round(time.perf_counter() - started, 3)
+        devices = client.wait(lambda d: bool(d) and all(h == "Healthy" for h in d.values()), timeout=30)
+        record["seconds_to_healthy_devices"] = round(time.perf_counter() - started, 3)
+        options = client.registered_options
+        record["registered_options"] = {
+            "pre_start_required": options.pre_start_required,
+            "get_preferred_allocation_available": options.get_preferred_allocation_available,
+        }
+        record["list_and_watch"] = list_and_watch(client.endpoint)
+        ids = sorted(devices)
+        record["preferred_1"] = client.preferred(ids, [], 1)
+        started = time.perf_counter()
+        record["allocate"] = allocate_response(client.allocate(ids[:1]))
+        record["allocate_seconds"] = round(time.perf_counter() - started, 4)
+        record["allocate_ms_p50_p99_of_200"] = allocation_latency(client, ids[:1], 200)
+        lines = daemon.metrics().splitlines()
+        record["metrics"] = sorted(
+            {line.split("{")[0].split(" ")[0] for line in lines if line.startswith("gpuops_")}
+        )
+        # Health watching on the real event set for a while: nothing may turn unhealthy.
+        time.sleep(10)
+        record["health_after_10s"] = dict(client.devices)
+        before = kubelet.registrations
+        config.write_text(TIME_SLICING)
+        daemon.signal(signal.SIGHUP)
+        shared = kubelet.wait_registered(GPU, after=before, timeout=30)
+        record["time_slicing_2"] = sorted(shared.wait(lambda d: len(d) == 2 * len(ids), timeout=30))
+        record["time_slicing_allocate"] = allocate_response(shared.allocate(record["time_slicing_2"][:1]))
+        stopped = time.perf_counter()
+        rc = daemon.stop()
+        record["sigterm"] = {"rc": rc, "seconds": round(time.perf_counter() - stopped, 3)}
+    finally:
+        if daemon.proc is not None and daemon.proc.poll() is None:
+            daemon.stop()
+        kubelet.stop()
+        record["log"] = daemon.text().splitlines()[-60:]
+    return record
+
+
+def command_output(command):
+    try:
+        return subprocess.run(command, capture_output=True, text=True, check=False).stdout
+    except FileNotFoundError as error:
+        return str(error)
+
+
+def main():
+    out = Path(sys.argv[1])
+    out.mkdir(parents=True, exist_ok=True)
+    ids = identifiers()
+    lib_dir = nvml_library_dir()
+    smi = "\n".join(
+        command_output(command) for command in (["nvidia-smi", "-q"], ["nvidia-smi", "topo", "-m"])
+    )
+    (out / "nvidia-smi.txt").write_text(sanitise(smi, ids))
+
+    scratch = Path(tempfile.mkdtemp(prefix="real-gpu-"))
+    timing = run_gpu_info(scratch / "gpu_info.json")
+    if timing["rc"] == 0:
+        result = json.loads((scratch / "gpu_info.json").read_text())
+        result = {key: value for key, value in result.items() if key not in ("changed", "failed")}
+        result["_recorded"] = {"playbook_seconds": timing["seconds"], "nvml_library_dir": lib_dir}
+        (out / "gpu_info.json").write_text(sanitise(json.dumps(result, indent=2, sort_keys=True), ids) + "\n")
+
+    query_script = str(ROOT / "lab" / "kube" / "nvml-query.py")
+    query = subprocess.run([sys.executable, query_script], capture_output=True, text=True, check=False)
+    (out / "nvml_query.json").write_text(sanitise(query.stdout or query.stderr, ids))
+
+    daemon = run_daemon(lib_dir)
+    (out / "daemon.json").write_text(sanitise(json.dumps(daemon, indent=2, sort_keys=True), ids) + "\n")
+    print("recorded:", sorted(path.name for path in out.iterdir()), flush=True)
+    return 0 if timing["rc"] == 0 and "sigterm" in daemon else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
