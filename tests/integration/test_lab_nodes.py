@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 import tomllib
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -35,6 +36,9 @@ DOCKER_NODE = "gpuops-node-3"
 # gpuops's device plugin serves the kubelet on the containerd nodes; the GPU-pair and
 # validation tests use the H100 node with NVSwitch.
 DAEMON_NODE = "gpuops-node-1"
+# The oldest ansible-core line (2.17) manages Python 3.7 to 3.12: the Debian 12 nodes (3.11),
+# a containerd one and the Docker one; Debian 13's 3.13 came with 2.18.
+OLDEST_LINE_NODES = ("gpuops-node-1", "gpuops-node-3")
 GPU_PLAYBOOK = Path(__file__).parent / "playbooks" / "lab_nodes_gpu.yml"
 
 
@@ -217,19 +221,23 @@ def test_up_again_keeps_the_running_nodes(nodes):
 H100 = ROOT / "lab" / "profiles" / "h100-8x-nvswitch.yaml"
 
 
-def playbook_changes(playbook, extra_vars, fleet, *more_inventories, check=False, venv_bin=VENV_BIN):
-    """ansible-playbook -i INVENTORY -i FLEET [-i MORE...] PLAYBOOK [--check --diff], from
-    VENV_BIN's ansible-core or VENV_BIN's: {host: its changed tasks' names}."""
+def playbook_changes(
+    playbook, extra_vars, fleet, *more_inventories, check=False, venv_bin=VENV_BIN, hosts=tuple(EXPECTED)
+):
+    """ansible-playbook -i INVENTORY -i FLEET [-i MORE...] PLAYBOOK [--check --diff]
+    --limit HOSTS, from VENV_BIN's ansible-core: {host: its changed tasks' names}."""
     inventories = [arg for path in (fleet, *more_inventories) for arg in ("-i", str(path))]
     args = (
         *inventories,
         str(playbook),
         "-e",
         json.dumps(extra_vars),
+        "--limit",
+        ",".join(hosts),
         *(("--check", "--diff") if check else ()),
     )
     proc, plays = run_ansible("ansible-playbook", *args, timeout=900, venv_bin=venv_bin)
-    changed = {name: [] for name in EXPECTED}
+    changed = {name: [] for name in hosts}
     failed = {}
     for play in plays:
         for task in play["tasks"]:
@@ -279,10 +287,11 @@ def gpu_nodes(nodes, fleet, oldest_line_bin):
     ansible-core line."""
     extra_vars = {"lab_docker_nodes": [DOCKER_NODE], "lab_daemon_nodes": CONTAINERD_NODES}
     predicted = playbook_changes(GPU_PLAYBOOK, extra_vars, fleet, check=True)
-    predicted_oldest = playbook_changes(GPU_PLAYBOOK, extra_vars, fleet, check=True, venv_bin=oldest_line_bin)
+    oldest = {"venv_bin": oldest_line_bin, "hosts": OLDEST_LINE_NODES}
+    predicted_oldest = playbook_changes(GPU_PLAYBOOK, extra_vars, fleet, check=True, **oldest)
     first = playbook_changes(GPU_PLAYBOOK, extra_vars, fleet)
     second = playbook_changes(GPU_PLAYBOOK, extra_vars, fleet)
-    second_oldest = playbook_changes(GPU_PLAYBOOK, extra_vars, fleet, venv_bin=oldest_line_bin)
+    second_oldest = playbook_changes(GPU_PLAYBOOK, extra_vars, fleet, **oldest)
     # Only what is not there: cluster_addons owns the nvidia one where a test made it.
     made = [
         rc
@@ -388,8 +397,8 @@ def test_the_oldest_ansible_core_line_predicts_the_same_and_finds_nothing_to_cha
     # meta/runtime.yml's floor runs the node phases' roles too: on the fresh nodes its
     # check mode lists the same changes as the dev line's, and on the converged nodes
     # (converged by the dev line) it changes nothing.
-    assert gpu_nodes["predicted_oldest"] == gpu_nodes["predicted"]
-    assert gpu_nodes["second_oldest"] == {name: [] for name in EXPECTED}
+    assert gpu_nodes["predicted_oldest"] == {name: gpu_nodes["predicted"][name] for name in OLDEST_LINE_NODES}
+    assert gpu_nodes["second_oldest"] == {name: [] for name in OLDEST_LINE_NODES}
 
 
 def test_the_driver_package_is_pinned_and_held_without_a_kernel_module_of_its_own(gpu_nodes):
@@ -687,14 +696,36 @@ def validation_on(fleet, node, **extra_vars):
     return rc, result["ansible_facts"]["gpu_validation_result"]
 
 
-def test_validation_compares_the_pods_gpus_with_what_the_kubelet_assigned(nodes, gpu_nodes, fleet):
-    rc, result = validation_on(fleet, DAEMON_NODE)
+def junit_failures(path):
+    """The JUnit report gpu_validation wrote: (tests, [each failure's message])."""
+    suite = ET.parse(path).getroot()
+    return int(suite.get("tests")), [failure.get("message") for failure in suite.iter("failure")]
+
+
+def test_validation_compares_the_pods_gpus_with_what_the_kubelet_assigned(nodes, gpu_nodes, fleet, tmp_path):
+    junit = tmp_path / "validation.xml"
+    rc, result = validation_on(fleet, DAEMON_NODE, gpu_validation_junit_path=str(junit))
     devices = result["pod"]["devices"]
     assert rc == 0 and result["passed"], result
+    assert result["pod"]["phase"] == "Succeeded" and result["pod"]["exit_code"] == 0, result
     # The UUIDs NVML listed in the pod are the kubelet's (its pod-resources API), and are
     # this node's own GPUs.
     assert devices["result"] == "match" and devices["seen"] == devices["assigned"], devices
     assert len(devices["seen"]) == 1 and devices["seen"][0] in h100_uuids(), devices
+    assert junit_failures(junit) == (1, [])
+    # The test pod is cleaned up.
+    pods = nodes.kubectl("get", "pods", "-n", "default", "-o", "name").stdout.split()
+    assert not [pod for pod in pods if pod.startswith("pod/gpuops-validate-")], pods
+
+
+def test_validation_fails_when_allocatable_is_short_of_the_replicas_expected(nodes, gpu_nodes, fleet):
+    # Time-slicing with 2 replicas expected, but the plugin advertises each GPU once: the
+    # wait for allocatable ends, and the result says what is short.
+    rc, result = validation_on(
+        fleet, DAEMON_NODE, gpu_validation_replicas=2, gpu_validation_allocatable_wait=4
+    )
+    assert rc != 0 and not result["passed"], result
+    assert "allocatable nvidia.com/gpu is 8, expected 16 (8 GPUs x 2 replicas)" in result["reasons"], result
 
 
 def test_validation_fails_when_the_pod_sees_other_gpus_than_it_was_given(nodes, gpu_nodes, fleet):
@@ -739,18 +770,26 @@ def on_faulted(module, args):
     return on_node(FAULTED, module, args)
 
 
-def test_a_stopped_plugin_is_found_on_its_node_only_and_fails_its_validation(nodes, gpu_nodes, fleet):
+def test_a_stopped_plugin_is_found_on_its_node_only_and_fails_its_validation(
+    nodes, gpu_nodes, fleet, tmp_path
+):
     on_faulted("ansible.builtin.systemd_service", "name=gpuops-device-plugin state=stopped")
     try:
         # The kubelet marks the plugin's GPUs unhealthy once its socket is gone.
         nodes.wait("no allocatable GPU on " + FAULTED, lambda: allocatable(nodes, FAULTED) == "0", 60)
         rc, findings = doctor_findings(fleet)
         assert rc == 0 and "plugin" in findings[FAULTED] and "plugin" not in findings[HEALTHY], findings
-        rc, result = validation_on(fleet, FAULTED, gpu_validation_allocatable_wait=0)
-        assert rc != 0 and result["reasons"] == [
+        junit = tmp_path / "validation.xml"
+        rc, result = validation_on(
+            fleet, FAULTED, gpu_validation_allocatable_wait=0, gpu_validation_junit_path=str(junit)
+        )
+        reason = (
             "allocatable nvidia.com/gpu is 0, expected 8: the device plugin is not running or not "
             "registered with the kubelet"
-        ], result
+        )
+        assert rc != 0 and result["reasons"] == [reason], result
+        tests, failures = junit_failures(junit)
+        assert tests == 1 and len(failures) == 1 and reason in failures[0], failures
     finally:
         on_faulted("ansible.builtin.systemd_service", "name=gpuops-device-plugin state=started")
         nodes.wait("8 GPUs allocatable on " + FAULTED, lambda: allocatable(nodes, FAULTED) == "8", 60)
