@@ -18,6 +18,11 @@ MOLECULE_ALL := $(patsubst extensions/molecule/%/molecule.yml,%,$(wildcard exten
 # show in a privileged node created meanwhile).
 MOLECULE_SCENARIOS ?= $(filter nvidia_%,$(MOLECULE_ALL)) $(filter-out nvidia_%,$(MOLECULE_ALL))
 export PATH := $(BIN):$(PATH)
+# Held shared by what must not meet a driver installed on this machine (make pytest, whose
+# functional tests expect none; molecule's nvidia_* scenarios, whose privileged nodes would
+# see its device nodes), exclusively by the integration test that installs one
+# (tests/integration/test_driver_upgrade.py), so lanes running side by side take turns.
+export HOST_DRIVER_LOCK ?= /run/lock/gpuops-host-driver.lock
 
 .PHONY: help
 help:  ## List the targets
@@ -33,10 +38,12 @@ site: lab-nodes  ## Run the main job (playbooks/site.yml) on the lab's Kubernete
 
 .PHONY: test
 test: venv lab-deps sanity-deps lab-images lab-toolkit lab-cluster-deps  ## Run every gate and test suite (what CI runs)
-	@# molecule beside the static gates, pytest and the matrix; the lab cluster's tests alone
-	@# (beside them, all three lanes ran slower on the 2 cores: 60.2 minutes, and the drift
-	@# guard's timed repair missed its bound under the load). Shared builds first, above.
-	@bash scripts/run-gates.sh bg:molecule lint ansible-lint sanity units pytest build ee matrix wait integration
+	@# Three lanes from the start: the lab cluster's tests at full priority, and molecule and
+	@# the other gates at nice 19 (molecule's nodes with the least CPU weight), so they use
+	@# the CPU the lab leaves idle while it waits on kubelets and pods, and never its time.
+	@# HOST_DRIVER_LOCK keeps the one test that installs a driver on this machine apart from
+	@# pytest and molecule's nvidia_* scenarios. Shared builds first, above.
+	@bash scripts/run-gates.sh bg:integration nice bg:molecule pytest lint ansible-lint sanity units build ee matrix
 
 .PHONY: lint
 lint: venv  ## ruff lint and format check; docs/variables.md up to date with the roles' specs
@@ -82,7 +89,7 @@ matrix: venv sanity-deps  ## ansible-test sanity and units on every other suppor
 
 .PHONY: pytest
 pytest: venv lab-deps  ## pytest: tests/functional (the ansible CLI, real libraries), the daemon's unit tests and tests/daemon
-	pytest
+	flock -s $(HOST_DRIVER_LOCK) pytest
 
 .PHONY: build
 build: venv  ## Build the collection tarball and install it into a clean collections path
@@ -108,7 +115,8 @@ lab-toolkit: lab-deps  ## Build the NVIDIA Container Toolkit from its Go source 
 .PHONY: molecule
 molecule: venv lab-images lab-toolkit  ## molecule test for every scenario in extensions/molecule
 	cd extensions && for s in $(MOLECULE_SCENARIOS); do \
-	  start=$$(date +%s); molecule test -s $$s || exit 1; \
+	  case $$s in nvidia_*) lock="flock -s $(HOST_DRIVER_LOCK)";; *) lock="";; esac; \
+	  start=$$(date +%s); $$lock molecule test -s $$s || exit 1; \
 	  echo "molecule: scenario $$s passed in $$(( $$(date +%s) - start )) s"; done
 
 .PHONY: lab-cluster-deps

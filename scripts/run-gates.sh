@@ -6,9 +6,8 @@
 #
 # bg:NAME starts NAME in the background, beside the gates after it: its lines come out as
 # they are written, each prefixed "[NAME]". `wait` waits for every gate started so far in
-# the background. Why: on 2 cores, molecule's lab nodes spend most of their time in apt
-# and systemd while the static gates and pytest use the CPU, so the two overlap well; the
-# lab cluster's integration tests run alone after a `wait`.
+# the background. `nice` runs every gate after it at nice 19, so a gate started before it
+# keeps the CPU whenever it wants it and the later ones use what it leaves idle.
 set -uo pipefail
 declare -a names=() results=() times=()
 declare -A bg_pid=() bg_start=()
@@ -32,6 +31,10 @@ wait_background() {
 
 for gate in "$@"; do
   case "$gate" in
+    nice)
+      printf '\n===== the gates below run at nice 19 =====\n'
+      renice -n 19 -p $$ >/dev/null
+      ;;
     wait)
       running="${!bg_pid[*]}"
       printf '\n===== waiting for: %s =====\n' "${running:-(nothing)}"
