@@ -5,7 +5,7 @@
 
 For a machine with NVIDIA's driver and a GPU (the device machine some sessions are lent):
 
-    python3 lab/real-gpu/record.py OUTDIR
+    python3 lab/real-gpu/record.py OUTDIR [NVIDIA_CTK]
 
 It reads and never sets: NVML queries, and the daemon's answers to a kubelet stand-in
 (Allocate only answers; nothing is configured on the GPU, MIG mode included). It writes:
@@ -15,6 +15,9 @@ It reads and never sets: NVML queries, and the daemon's answers to a kubelet sta
   lab/daemon/kubelet_standin.py: registration, ListAndWatch with topology, a preferred
   allocation, Allocate, metrics, a SIGHUP to time-slicing and back, SIGTERM; timings;
 - nvml_query.json: lab/kube/nvml-query.py, what the lab's validation pod runs;
+- cdi.json and nvidia.yaml (with NVIDIA_CTK, an nvidia-ctk built from NVIDIA's source by
+  lab/toolkit/build.sh): `nvidia-ctk cdi generate` on the real driver, its messages, and
+  the gpuops.k8s.nvidia_cdi_spec module run, run again, and run in check mode;
 - nvidia-smi.txt: `nvidia-smi -q` and `nvidia-smi topo -m`, for people.
 
 Identifiers (GPU UUIDs, serial numbers, board ids, the host's name) are replaced by
@@ -55,6 +58,39 @@ sharing:
     resources:
       - name: nvidia.com/gpu
         replicas: 2
+"""
+CDI_PLAYBOOK = """\
+- name: Record nvidia_cdi_spec on a real GPU
+  hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Generate the specification
+      ignore_errors: true
+      gpuops.k8s.nvidia_cdi_spec:
+        path: "{{ spec }}"
+        nvidia_ctk: "{{ ctk }}"
+        require_driver: true
+      register: first
+    - name: Generate it again
+      ignore_errors: true
+      gpuops.k8s.nvidia_cdi_spec:
+        path: "{{ spec }}"
+        nvidia_ctk: "{{ ctk }}"
+        require_driver: true
+      register: second
+    - name: Generate it in check mode
+      ignore_errors: true
+      gpuops.k8s.nvidia_cdi_spec:
+        path: "{{ spec }}"
+        nvidia_ctk: "{{ ctk }}"
+        require_driver: true
+      check_mode: true
+      register: checked
+    - name: Keep the results
+      ansible.builtin.copy:
+        content: "{{ {'first': first, 'second': second, 'check': checked} | to_nice_json }}"
+        dest: "{{ out }}"
+        mode: "0644"
 """
 PLAYBOOK = """\
 - name: Record gpu_info on a real GPU
@@ -128,13 +164,17 @@ def nvml_library_dir():
 
 def run_gpu_info(out):
     """gpu_info through ansible-playbook, with this checkout as the collection gpuops.k8s."""
+    return run_playbook(PLAYBOOK, {"out": str(out)})
+
+
+def run_playbook(text, extra_vars):
     tree = Path(tempfile.mkdtemp(prefix="real-gpu-ac-"))
     (tree / "ansible_collections" / "gpuops").mkdir(parents=True)
     (tree / "ansible_collections" / "gpuops" / "k8s").symlink_to(ROOT)
     playbook = tree / "record.yml"
-    playbook.write_text(PLAYBOOK)
+    playbook.write_text(text)
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(tree), ANSIBLE_LOCALHOST_WARNING="false")
-    extra = json.dumps({"ansible_python_interpreter": sys.executable, "out": str(out)})
+    extra = json.dumps({"ansible_python_interpreter": sys.executable, **extra_vars})
     command = [sys.executable, "-m", "ansible", "playbook", "-i", "localhost,", "-c", "local", "-e", extra]
     started = time.perf_counter()
     proc = subprocess.run(
@@ -240,6 +280,40 @@ def command_output(command):
         return str(error)
 
 
+def run_cdi(out, ctk, ids):
+    """nvidia-ctk cdi generate on the real driver, then the nvidia_cdi_spec module."""
+    scratch = Path(tempfile.mkdtemp(prefix="real-gpu-cdi-"))
+    version = subprocess.run([ctk, "--version"], capture_output=True, text=True, check=False)
+    started = time.perf_counter()
+    generate = subprocess.run(
+        [ctk, "cdi", "generate", "--output", str(scratch / "direct.yaml")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    record = {
+        "nvidia_ctk_version": version.stdout.strip().splitlines(),
+        "generate": {"rc": generate.returncode, "seconds": round(time.perf_counter() - started, 3)},
+        "generate_stderr": generate.stderr.splitlines(),
+    }
+    results = scratch / "module.json"
+    record["module_playbook"] = run_playbook(
+        CDI_PLAYBOOK, {"out": str(results), "spec": str(scratch / "nvidia.yaml"), "ctk": ctk}
+    )
+    if results.exists():
+        keep = ("changed", "driver", "generated", "message", "path", "warnings", "failed", "msg")
+        runs = json.loads(results.read_text())
+        record["module"] = {run: {key: result.get(key) for key in keep} for run, result in runs.items()}
+    spec = scratch / "nvidia.yaml"
+    if spec.exists():
+        (out / "nvidia.yaml").write_text(sanitise(spec.read_text(), ids))
+        record["module_spec_equals_direct_generate"] = (
+            spec.read_text() == (scratch / "direct.yaml").read_text()
+        )
+    (out / "cdi.json").write_text(sanitise(json.dumps(record, indent=2, sort_keys=True), ids) + "\n")
+    return record
+
+
 def main():
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
@@ -261,6 +335,9 @@ def main():
     query_script = str(ROOT / "lab" / "kube" / "nvml-query.py")
     query = subprocess.run([sys.executable, query_script], capture_output=True, text=True, check=False)
     (out / "nvml_query.json").write_text(sanitise(query.stdout or query.stderr, ids))
+
+    if len(sys.argv) > 2:
+        run_cdi(out, sys.argv[2], ids)
 
     daemon = run_daemon(lib_dir)
     (out / "daemon.json").write_text(sanitise(json.dumps(daemon, indent=2, sort_keys=True), ids) + "\n")

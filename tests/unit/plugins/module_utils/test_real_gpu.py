@@ -21,6 +21,7 @@ import re
 
 import pytest
 
+from ansible_collections.gpuops.k8s.plugins.module_utils import _cdi_spec as gpu_cdi
 from ansible_collections.gpuops.k8s.plugins.module_utils import _gfd_labels as gfd
 
 FIXTURE = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "real_gpu", "h100-80gb-hbm3")
@@ -115,3 +116,25 @@ def test_the_recording_holds_no_real_identifier():
     uuids = set(re.findall(r"GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", text))
     assert uuids == {"GPU-00000000-0000-4000-8000-000000000000"}
     assert set(re.findall(r"Serial Number\s*:\s*(.*)", text)) <= {"(removed)", "N/A"}
+
+
+@pytest.fixture(scope="module")
+def generate_stderr():
+    """What nvidia-ctk 1.20.1 (built from NVIDIA's source) logged generating the spec there."""
+    return "\n".join(json.loads(_read("cdi.json"))["generate_stderr"]) + "\n"
+
+
+def test_a_real_generation_s_warnings_are_not_taken_for_a_missing_driver(generate_stderr):
+    # A VM's driver lacks much (nvidia-modeset, sandboxutils, X and Wayland pieces): nvidia-ctk
+    # warns about each, logs no error, and generates; none of it means "no driver".
+    assert gpu_cdi.nvidia_ctk_messages(generate_stderr, "error") == []
+    assert gpu_cdi.classify_failure(generate_stderr) is None
+    warnings = gpu_cdi.nvidia_ctk_messages(generate_stderr, "warning")
+    assert "Could not locate /dev/nvidia-modeset: /dev/nvidia-modeset: not found" in warnings
+    # logrus's escaped newlines come back as newlines.
+    assert (
+        "Ignoring error in locating libnvidia-sandboxutils.so.1: libnvidia-sandboxutils.so.1: not found\n"
+        "libnvidia-sandboxutils.so.1: not found"
+    ) in warnings
+    assert "Using driver version 580.159.04" in gpu_cdi.nvidia_ctk_messages(generate_stderr, "info")
+
