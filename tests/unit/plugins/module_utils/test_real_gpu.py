@@ -137,4 +137,3 @@ def test_a_real_generation_s_warnings_are_not_taken_for_a_missing_driver(generat
         "libnvidia-sandboxutils.so.1: not found"
     ) in warnings
     assert "Using driver version 580.159.04" in gpu_cdi.nvidia_ctk_messages(generate_stderr, "info")
-
