@@ -29,6 +29,17 @@ MIG_STANDIN_SH = ROOT / "lab" / "mig-nvml-standin" / "build.sh"
 # How often the mock re-reads the overrides file (its default is 1 s).
 OVERRIDES_TTL = "100ms"
 
+# Time-slicing, every GPU twice: what lab/real-gpu/record.py sends the daemon on a real GPU
+# with SIGHUP, and tests/daemon its answers over the mock.
+TWO_REPLICAS_CONFIG = """\
+version: v1
+sharing:
+  timeSlicing:
+    resources:
+      - name: nvidia.com/gpu
+        replicas: 2
+"""
+
 H100_UUIDS = [
     "GPU-20330507-055a-40f9-a4e7-4b442a53b091",
     "GPU-c4e4ce3c-8667-4c1d-904a-8de172a33a6c",

@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT / "roles" / "device_plugin" / "files" / "gpuops-devi
 
 import grpc  # noqa: E402
 import pynvml  # noqa: E402
-from dp_harness import DAEMON_DIR, Daemon, short_tempdir  # noqa: E402
+from dp_harness import DAEMON_DIR, TWO_REPLICAS_CONFIG, Daemon, short_tempdir  # noqa: E402
 from google.protobuf.json_format import MessageToDict  # noqa: E402
 from kubelet_standin import KubeletStandin  # noqa: E402
 
@@ -51,14 +51,6 @@ from gpuops_device_plugin.api import api_pb2, api_pb2_grpc  # noqa: E402
 
 GPU = "nvidia.com/gpu"
 HOST_STAND_IN = "real-gpu-host"
-TIME_SLICING = """\
-version: v1
-sharing:
-  timeSlicing:
-    resources:
-      - name: nvidia.com/gpu
-        replicas: 2
-"""
 CDI_PLAYBOOK = """\
 - name: Record nvidia_cdi_spec on a real GPU
   hosts: localhost
@@ -257,7 +249,7 @@ def run_daemon(lib_dir):
         time.sleep(10)
         record["health_after_10s"] = dict(client.devices)
         before = kubelet.registrations
-        config.write_text(TIME_SLICING)
+        config.write_text(TWO_REPLICAS_CONFIG)
         daemon.signal(signal.SIGHUP)
         shared = kubelet.wait_registered(GPU, after=before, timeout=30)
         record["time_slicing_2"] = sorted(shared.wait(lambda d: len(d) == 2 * len(ids), timeout=30))

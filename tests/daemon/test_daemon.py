@@ -16,7 +16,7 @@ import time
 
 import grpc
 import pytest
-from dp_harness import H100_UUIDS, Daemon, build_mig_standin, build_mock, short_tempdir
+from dp_harness import H100_UUIDS, TWO_REPLICAS_CONFIG, Daemon, build_mig_standin, build_mock, short_tempdir
 from kubelet_standin import KubeletStandin
 
 from gpuops_device_plugin.api import api_pb2
@@ -278,16 +278,6 @@ sharing:
         perDevice:
           - index: 0
             replicas: 1
-"""
-
-# What lab/real-gpu/record.py sends the daemon with SIGHUP.
-TWO_REPLICAS_CONFIG = """\
-version: v1
-sharing:
-  timeSlicing:
-    resources:
-      - name: nvidia.com/gpu
-        replicas: 2
 """
 
 
