@@ -4,7 +4,7 @@
 """Benchmark the gpuops device plugin against NVIDIA's, side by side (not a test).
 
     .venv/bin/python bench/device_plugin.py [--plugins gpuops,nvidia] [--calls 10000]
-        [--restarts 100] [--idle 60]
+        [--restarts 100] [--idle 60] [--real-gpu [--nvidia-binary PATH]]
 
 Both plugins run over NVIDIA's mock NVML (lab/mocknvml/build.sh, H100 8-GPU profile)
 and talk to the same kubelet stand-in (lab/daemon/kubelet_standin.py), which
@@ -16,6 +16,10 @@ Measured: time to first registration; re-registration after each of --restarts k
 restarts (p50/p99); Allocate and GetPreferredAllocation latency over --calls calls
 (p50/p99); XID 79 to Unhealthy in the kubelet's list (one per GPU, injected through the
 mock's overrides file); RSS and CPU while idle for --idle seconds.
+
+--real-gpu: the driver's own NVML and GPUs instead of the mock (a machine with a GPU;
+nothing on it is changed), so no XID is injected; --nvidia-binary names NVIDIA's plugin
+built elsewhere, where this machine has no Go.
 
 NVIDIA's mock delivers an injected XID through the event set only after the process makes
 a guarded device call (a real GPU raises it unasked): a plugin that only waits on events
@@ -52,7 +56,21 @@ def percentile(values, pct):
     return ordered[min(len(ordered) - 1, round(pct / 100 * (len(ordered) - 1)))]
 
 
-def nvidia_binary():
+def real_uuids():
+    """The UUIDs of the driver's GPUs (--real-gpu), from NVML as both plugins read them."""
+    import pynvml  # noqa: PLC0415 - only on a machine with a GPU
+
+    pynvml.nvmlInit()
+    try:
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        return [pynvml.nvmlDeviceGetUUID(handle) for handle in handles]
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def nvidia_binary(path=None):
+    if path:
+        return path
     proc = subprocess.run(
         ["bash", str(ROOT / "lab" / "peer" / "build-nvidia-plugin.sh")],
         capture_output=True,
@@ -64,7 +82,7 @@ def nvidia_binary():
     return os.path.join(proc.stdout.strip().splitlines()[-1], "nvidia-device-plugin")
 
 
-def command(plugin):
+def command(plugin, options):
     if plugin == "gpuops":
         config = Path(short_tempdir("bench-cfg-")) / "config.yaml"
         config.write_text("version: v1\nhealth:\n  recovery:\n    enabled: false\n")
@@ -79,7 +97,11 @@ def command(plugin):
             "--config-file",
             str(config),
         ]
-    return [nvidia_binary(), "--kubelet-socket", os.path.join(PLUGIN_DIR, "kubelet.sock")]
+    return [
+        nvidia_binary(options.nvidia_binary),
+        "--kubelet-socket",
+        os.path.join(PLUGIN_DIR, "kubelet.sock"),
+    ]
 
 
 def cpu_seconds(pid):
@@ -94,12 +116,14 @@ def rss_mib(pid):
     return float("nan")
 
 
-def reregistration(kubelet, restarts):
+def reregistration(kubelet, restarts, uuids):
     times = []
     for _restart in range(restarts):
         before = kubelet.registrations
         kubelet.restart()
-        kubelet.wait_registered(RESOURCE, after=before, timeout=60).wait(lambda d: len(d) == 8, timeout=30)
+        kubelet.wait_registered(RESOURCE, after=before, timeout=60).wait(
+            lambda d: len(d) == len(uuids), timeout=30
+        )
         # From the new kubelet.sock to the plugin's Register (the stand-in's own stop is excluded).
         times.append(kubelet.registered_at - kubelet.started_at)
     return {
@@ -108,18 +132,18 @@ def reregistration(kubelet, restarts):
     }
 
 
-def rpc_latency(client, calls):
+def rpc_latency(client, calls, uuids):
     rng = random.Random(7)
     allocate, preferred = [], []
     for _call in range(calls):
-        device = rng.choice(H100_UUIDS)
+        device = rng.choice(uuids)
         start = time.perf_counter()
         client.allocate([device])
         allocate.append(time.perf_counter() - start)
     for _call in range(calls):
-        must = [rng.choice(H100_UUIDS)]
+        must = [rng.choice(uuids)]
         start = time.perf_counter()
-        client.preferred(H100_UUIDS, must, 4)
+        client.preferred(uuids, must, min(4, len(uuids)))
         preferred.append(time.perf_counter() - start)
     return {
         "Allocate p50 (ms)": 1000 * percentile(allocate, 50),
@@ -155,32 +179,38 @@ def xid_to_unhealthy(client, faults, timeout=15):
     }
 
 
-def bench(plugin, lib_dir, options):
+def bench(plugin, lib_dir, options, uuids):
     control = short_tempdir("bench-ctl-")
-    env = dict(os.environ)
-    env.update(
-        LD_LIBRARY_PATH=lib_dir,
-        MOCK_NVML_CONFIG=str(PROFILES / "h100-8x-nvswitch.yaml"),
-        MOCK_NVML_OVERRIDES=os.path.join(control, "overrides.yaml"),
-        MOCK_NVML_OVERRIDES_TTL=OVERRIDES_TTL,
-        PYTHONPATH=str(DAEMON_PACKAGE),
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(filter(None, [str(DAEMON_PACKAGE), os.environ.get("PYTHONPATH")])),
     )
+    if lib_dir:
+        env.update(
+            LD_LIBRARY_PATH=lib_dir,
+            MOCK_NVML_CONFIG=str(PROFILES / "h100-8x-nvswitch.yaml"),
+            MOCK_NVML_OVERRIDES=os.path.join(control, "overrides.yaml"),
+            MOCK_NVML_OVERRIDES_TTL=OVERRIDES_TTL,
+        )
     kubelet = KubeletStandin(PLUGIN_DIR)
     kubelet.start()
     log = open(os.path.join(control, "plugin.log"), "w")  # noqa: SIM115
-    argv = command(plugin)
+    argv = command(plugin, options)
     started = time.perf_counter()
     proc = None
     results = {}
     try:
         proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
         client = kubelet.wait_registered(RESOURCE, timeout=60)
-        client.wait(lambda d: len(d) == 8, timeout=30)
+        client.wait(lambda d: len(d) == len(uuids), timeout=30)
         results["first registration (s)"] = time.perf_counter() - started
-        results.update(reregistration(kubelet, options.restarts))
-        results.update(rpc_latency(kubelet.clients[RESOURCE], options.calls))
+        results.update(reregistration(kubelet, options.restarts, uuids))
+        results.update(rpc_latency(kubelet.clients[RESOURCE], options.calls, uuids))
         results.update(idle(proc.pid, options.idle))
-        results.update(xid_to_unhealthy(kubelet.clients[RESOURCE], MockFaults(env["MOCK_NVML_OVERRIDES"])))
+        if lib_dir:  # the mock's faults; a real GPU gets none
+            results.update(
+                xid_to_unhealthy(kubelet.clients[RESOURCE], MockFaults(env["MOCK_NVML_OVERRIDES"]))
+            )
     finally:
         if proc is not None:
             proc.terminate()
@@ -196,6 +226,8 @@ def main():
     parser.add_argument("--calls", type=int, default=10000)
     parser.add_argument("--restarts", type=int, default=100)
     parser.add_argument("--idle", type=float, default=60)
+    parser.add_argument("--real-gpu", action="store_true", help="the driver's NVML and GPUs, not the mock")
+    parser.add_argument("--nvidia-binary", help="NVIDIA's plugin, built elsewhere")
     options = parser.parse_args()
     kubelet_sock = os.path.join(PLUGIN_DIR, "kubelet.sock")
     if os.path.exists(kubelet_sock):
@@ -204,11 +236,11 @@ def main():
                 raise SystemExit("%s answers: a kubelet runs here; not benchmarking over it." % kubelet_sock)
         os.unlink(kubelet_sock)  # left by an interrupted run: nothing listens on it
     os.makedirs(PLUGIN_DIR, exist_ok=True)
-    lib_dir = build_mock()
+    lib_dir, uuids = (None, real_uuids()) if options.real_gpu else (build_mock(), H100_UUIDS)
     table = {}
     for plugin in options.plugins.split(","):
         print("benchmarking %s ..." % plugin, file=sys.stderr)
-        table[plugin] = bench(plugin, lib_dir, options)
+        table[plugin] = bench(plugin, lib_dir, options, uuids)
     metrics = list(next(iter(table.values())))
     names = list(table)
     header = "| metric | " + " | ".join(names) + (" | gpuops / nvidia |" if len(names) == 2 else " |")
