@@ -725,7 +725,11 @@ def test_validation_fails_when_allocatable_is_short_of_the_replicas_expected(nod
         fleet, DAEMON_NODE, gpu_validation_replicas=2, gpu_validation_allocatable_wait=4
     )
     assert rc != 0 and not result["passed"], result
-    assert "allocatable nvidia.com/gpu is 8, expected 16 (8 GPUs x 2 replicas)" in result["reasons"], result
+    short = (
+        "allocatable nvidia.com/gpu is 8, expected 16 (8 GPUs x 2 replicas): some GPUs are unhealthy or "
+        "not advertised"
+    )
+    assert short in result["reasons"], result
 
 
 def test_validation_fails_when_the_pod_sees_other_gpus_than_it_was_given(nodes, gpu_nodes, fleet):
