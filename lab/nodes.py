@@ -411,6 +411,26 @@ def publish_mirror(nodes):
 # --- up / down / status ----------------------------------------------------------------
 
 
+# Every node's systemd, kubelet and containerd, molecule's nodes and the host's own take
+# inotify instances from one per-user count (root is the same user in each privileged
+# container), 128 by default. Exhausted, a node's path units fail ("Failed to enter waiting
+# state: Too many open files", result 'resources'): the drift guard's among them, so it
+# missed its 30 s bound whenever make test's lanes ran beside the lab. The values kind's
+# known issues give for kubelets in containers.
+INOTIFY_LIMITS = {"max_user_instances": 512, "max_user_watches": 524288}
+
+
+def ensure_inotify_limits():
+    for name, wanted in INOTIFY_LIMITS.items():
+        path = Path("/proc/sys/fs/inotify") / name
+        if int(path.read_text()) < wanted:
+            print(
+                "lab: fs.inotify.%s %s -> %d (kubelets in containers)"
+                % (name, path.read_text().strip(), wanted)
+            )
+            path.write_text("%d\n" % wanted)
+
+
 def ensure_network():
     if podman("network", "exists", NETWORK, check=False).returncode != 0:
         podman("network", "create", "--subnet", NODES_SUBNET, "--gateway", GATEWAY, NETWORK)
@@ -534,6 +554,7 @@ def up(args):
     for extra in set(existing_nodes()) - set(nodes):
         remove(bins, extra)
     NODES_DIR.mkdir(parents=True, exist_ok=True)
+    ensure_inotify_limits()
     ensure_network()
     public_key = ssh_key().with_suffix(".pub").read_text().strip()
     images = [tuple(line.split()) for line in cluster.script_output(LAB / "kube" / "images.sh")]

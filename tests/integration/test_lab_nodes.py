@@ -867,13 +867,21 @@ def test_the_runtime_dropped_by_another_tool_is_found_and_the_drift_guard_puts_i
         '[ "$(%s)" != "$before" ] && systemctl is-active -q containerd'
         " && containerd config dump 2>/dev/null | grep -qF runtimes.nvidia]" % started
     )
-    repaired = on_faulted(
-        "ansible.builtin.shell",
-        "export before=$(%s); start=$(date +%%s%%N); cp %s %s;"
-        " timeout %d sh -c 'until %s; do sleep 0.1; done' || exit 1;"
-        " echo $(( ($(date +%%s%%N) - start) / 1000000 ))"
-        % (started, template, CONTAINERD_CONFIG, GUARD_REPAIR_BOUND, back),
-    )
+    try:
+        repaired = on_faulted(
+            "ansible.builtin.shell",
+            "export before=$(%s); start=$(date +%%s%%N); cp %s %s;"
+            " timeout %d sh -c 'until %s; do sleep 0.1; done' || exit 1;"
+            " echo $(( ($(date +%%s%%N) - start) / 1000000 ))"
+            % (started, template, CONTAINERD_CONFIG, GUARD_REPAIR_BOUND, back),
+        )
+    except AssertionError as missed:
+        units = "gpuops-runtime-guard.path gpuops-runtime-guard.service containerd"
+        status = on_faulted("ansible.builtin.shell", "systemctl status --no-pager -n 15 %s || true" % units)
+        raise AssertionError(
+            "containerd did not come back with nvidia within %d s of the write; on %s:\n%s"
+            % (GUARD_REPAIR_BOUND, FAULTED, status["stdout"])
+        ) from missed
     print(
         "drift guard on %s: containerd restarted with nvidia %s ms after the write"
         % (FAULTED, repaired["stdout"])
