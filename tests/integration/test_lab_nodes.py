@@ -857,9 +857,11 @@ def test_the_runtime_dropped_by_another_tool_is_found_and_the_drift_guard_puts_i
         assert 'no runtime for "nvidia" is configured' in result["reasons"][0], result
     finally:
         on_faulted("ansible.builtin.command", "systemctl start " + GUARD_UNITS)
-    # The tool writes its template again, now with the guard watching: the guard puts the
-    # runtime back and restarts containerd (which runs without it: the tool restarted it).
-    # Written and timed on the node itself, until containerd has started again with it.
+    # The tool writes its template again and restarts containerd, now with the guard
+    # watching (which, started, has already put the runtime back once): whichever comes
+    # first, containerd must end up started again with the nvidia runtime. Written and timed
+    # on the node itself. (Written without the tool's restart, the guard finds containerd
+    # already running with the runtime and rightly restarts nothing: fc18.)
     template = "/root/site-tool-config.toml"
     on_faulted("ansible.builtin.copy", {"dest": template, "content": provisioned + "# applied again\n"})
     started = "systemctl show -p InvocationID --value containerd"
@@ -870,7 +872,7 @@ def test_the_runtime_dropped_by_another_tool_is_found_and_the_drift_guard_puts_i
     try:
         repaired = on_faulted(
             "ansible.builtin.shell",
-            "export before=$(%s); start=$(date +%%s%%N); cp %s %s;"
+            "export before=$(%s); start=$(date +%%s%%N); cp %s %s; systemctl restart containerd;"
             " timeout %d sh -c 'until %s; do sleep 0.1; done' || exit 1;"
             " echo $(( ($(date +%%s%%N) - start) / 1000000 ))"
             % (started, template, CONTAINERD_CONFIG, GUARD_REPAIR_BOUND, back),
