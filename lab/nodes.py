@@ -414,9 +414,9 @@ def publish_mirror(nodes):
 # Every node's systemd, kubelet and containerd, molecule's nodes and the host's own take
 # inotify instances from one per-user count (root is the same user in each privileged
 # container), 128 by default. Exhausted, a node's path units fail ("Failed to enter waiting
-# state: Too many open files", result 'resources'): the drift guard's among them, so it
-# missed its 30 s bound whenever make test's lanes ran beside the lab. The values kind's
-# known issues give for kubelets in containers.
+# state: Too many open files", result 'resources'), the drift guard's among them. make
+# test's lanes beside 3 nodes were seen at 75; these are the values kind's known issues
+# give for kubelets in containers, for headroom.
 INOTIFY_LIMITS = {"max_user_instances": 512, "max_user_watches": 524288}
 
 
