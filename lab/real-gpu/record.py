@@ -51,50 +51,38 @@ from gpuops_device_plugin.api import api_pb2, api_pb2_grpc  # noqa: E402
 
 GPU = "nvidia.com/gpu"
 HOST_STAND_IN = "real-gpu-host"
-CDI_PLAYBOOK = """\
-- name: Record nvidia_cdi_spec on a real GPU
-  hosts: localhost
-  gather_facts: false
-  tasks:
+# Tasks of a play on localhost; run_playbook adds the one that keeps what they registered.
+CDI_TASKS = """\
     - name: Generate the specification
       ignore_errors: true
-      gpuops.k8s.nvidia_cdi_spec:
+      gpuops.k8s.nvidia_cdi_spec: &generate
         path: "{{ spec }}"
         nvidia_ctk: "{{ ctk }}"
         require_driver: true
       register: first
     - name: Generate it again
       ignore_errors: true
-      gpuops.k8s.nvidia_cdi_spec:
-        path: "{{ spec }}"
-        nvidia_ctk: "{{ ctk }}"
-        require_driver: true
+      gpuops.k8s.nvidia_cdi_spec: *generate
       register: second
     - name: Generate it in check mode
       ignore_errors: true
-      gpuops.k8s.nvidia_cdi_spec:
-        path: "{{ spec }}"
-        nvidia_ctk: "{{ ctk }}"
-        require_driver: true
+      gpuops.k8s.nvidia_cdi_spec: *generate
       check_mode: true
       register: checked
-    - name: Keep the results
-      ansible.builtin.copy:
-        content: "{{ {'first': first, 'second': second, 'check': checked} | to_nice_json }}"
-        dest: "{{ out }}"
-        mode: "0644"
 """
-PLAYBOOK = """\
-- name: Record gpu_info on a real GPU
-  hosts: localhost
-  gather_facts: false
-  tasks:
+GPU_INFO_TASKS = """\
     - name: Describe the GPUs
       gpuops.k8s.gpu_info:
       register: gpu_info
-    - name: Keep the result
+"""
+PLAY = """\
+- name: Record on a real GPU
+  hosts: localhost
+  gather_facts: false
+  tasks:
+%s    - name: Keep the results
       ansible.builtin.copy:
-        content: "{{ gpu_info | to_nice_json }}"
+        content: "{{ %s | to_nice_json }}"
         dest: "{{ out }}"
         mode: "0644"
 """
@@ -156,15 +144,15 @@ def nvml_library_dir():
 
 def run_gpu_info(out):
     """gpu_info through ansible-playbook, with this checkout as the collection gpuops.k8s."""
-    return run_playbook(PLAYBOOK, {"out": str(out)})
+    return run_playbook(GPU_INFO_TASKS, "gpu_info", {"out": str(out)})
 
 
-def run_playbook(text, extra_vars):
+def run_playbook(tasks, kept, extra_vars):
     tree = Path(tempfile.mkdtemp(prefix="real-gpu-ac-"))
     (tree / "ansible_collections" / "gpuops").mkdir(parents=True)
     (tree / "ansible_collections" / "gpuops" / "k8s").symlink_to(ROOT)
     playbook = tree / "record.yml"
-    playbook.write_text(text)
+    playbook.write_text(PLAY % (tasks, kept))
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(tree), ANSIBLE_LOCALHOST_WARNING="false")
     extra = json.dumps({"ansible_python_interpreter": sys.executable, **extra_vars})
     command = [sys.executable, "-m", "ansible", "playbook", "-i", "localhost,", "-c", "local", "-e", extra]
@@ -289,9 +277,9 @@ def run_cdi(out, ctk, ids):
         "generate_stderr": generate.stderr.splitlines(),
     }
     results = scratch / "module.json"
-    record["module_playbook"] = run_playbook(
-        CDI_PLAYBOOK, {"out": str(results), "spec": str(scratch / "nvidia.yaml"), "ctk": ctk}
-    )
+    kept = "{'first': first, 'second': second, 'check': checked}"
+    extra = {"out": str(results), "spec": str(scratch / "nvidia.yaml"), "ctk": ctk}
+    record["module_playbook"] = run_playbook(CDI_TASKS, kept, extra)
     if results.exists():
         keep = ("changed", "driver", "generated", "message", "path", "warnings", "failed", "msg")
         runs = json.loads(results.read_text())
