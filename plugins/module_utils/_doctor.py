@@ -30,6 +30,7 @@ CHECKS = (
     "nvml",
     "toolkit",
     "runtime",
+    "drift_guard",
     "runtime_class",
     "plugin",
     "allocatable",
@@ -44,6 +45,7 @@ OBSERVATIONS = (
     "device_nodes",  # find of /dev/nvidia[0-9]*
     "toolkit",  # stat of the NVIDIA container runtime binary
     "runtime_check",  # gpuops.k8s.nvidia_runtime in check mode (skipped: not checked)
+    "drift_guard",  # systemd_service (no state) looped over the drift guard's units
     "runtime_class_info",  # k8s_info of the RuntimeClass
     "plugin_sockets",  # find of *.sock in the device plugin directory
     "checkpoint",  # slurp of the kubelet's device checkpoint (no content: unreadable)
@@ -216,6 +218,35 @@ def _runtime(obs, settings):
     return []
 
 
+def _drift_guard(obs, _settings):
+    # Only units the container_runtime role installed: a guard turned off
+    # (container_runtime_drift_guard: false) or never installed is not found, and a node
+    # without systemd gives no status; neither can be a stopped guard.
+    stopped = []
+    resources = False
+    for unit in obs["drift_guard"].get("results") or []:
+        status = unit.get("status") or {}
+        if status.get("LoadState") in (None, "not-found") or status.get("ActiveState") == "active":
+            continue
+        state, result = status.get("ActiveState"), status.get("Result")
+        stopped.append("%s %s (result %s)" % (unit.get("name"), state, result))
+        resources = resources or result == "resources"
+    if not stopped:
+        return []
+    fix = "start them (systemctl start, or run role container_runtime); journalctl -u says why they stopped"
+    if resources:
+        fix += "; result resources: systemd could not watch the files, raise fs.inotify.max_user_instances"
+    return [
+        finding(
+            "drift_guard",
+            WARN,
+            "the runtime drift guard is not running, so another tool's rewrite of the runtime's "
+            "configuration stays: " + ", ".join(stopped),
+            fix,
+        )
+    ]
+
+
 def _runtime_class(obs, settings):
     if not settings["runtime_is_default"] and not _resources(obs["runtime_class_info"]):
         return [
@@ -356,6 +387,7 @@ _RULES = (
     ("nvml", ("gpu",), (), _nvml, False),
     ("toolkit", ("toolkit",), ("runtime_path",), _toolkit, False),
     ("runtime", ("runtime_check",), ("runtime", "runtime_name"), _runtime, False),
+    ("drift_guard", ("drift_guard",), (), _drift_guard, False),
     (
         "runtime_class",
         ("runtime_class_info",),

@@ -848,6 +848,13 @@ def test_the_runtime_dropped_by_another_tool_is_found_and_the_drift_guard_puts_i
             "the nvidia runtime is missing from (or differs in) " + CONTAINERD_CONFIG
         ), findings
         assert "runtime" not in findings[HEALTHY], findings
+        # The guard being down is a finding of its own (a warning: it is the repair that is
+        # missing), on that node only: the other's units, installed alike, are active.
+        assert findings[FAULTED]["drift_guard"].endswith(
+            ": gpuops-runtime-guard.path inactive (result success), "
+            "gpuops-runtime-guard.timer inactive (result success)"
+        ), findings
+        assert "drift_guard" not in findings[HEALTHY], findings
         rc, result = validation_on(fleet, FAULTED, gpu_validation_timeout=FAULT_POD_TIMEOUT)
         assert rc != 0 and len(result["reasons"]) == 1, result
         assert result["reasons"][0].startswith(

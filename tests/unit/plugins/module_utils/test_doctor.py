@@ -45,6 +45,22 @@ def ready_pod(name, ready="True"):
     return {"metadata": {"name": name}, "status": {"conditions": [{"type": "Ready", "status": ready}]}}
 
 
+def guard_units(path_state, timer_state, load="loaded", result="success"):
+    """The drift guard's units as systemd_service (no state), looped, registers them."""
+    return {
+        "changed": False,
+        "results": [
+            {
+                "name": "gpuops-runtime-guard." + kind,
+                "item": kind,
+                "changed": False,
+                "status": {"LoadState": load, "ActiveState": state, "Result": result},
+            }
+            for kind, state in (("path", path_state), ("timer", timer_state))
+        ],
+    }
+
+
 def healthy(gpus=4):
     """Every observation of a healthy node with gpus GPUs, as the role registers them."""
     return {
@@ -57,6 +73,7 @@ def healthy(gpus=4):
         "device_nodes": {"changed": False, "matched": gpus + 1, "files": []},
         "toolkit": {"changed": False, "stat": {"exists": True}},
         "runtime_check": {"changed": False, "failed": False, "changed_files": [], "restart_required": False},
+        "drift_guard": guard_units("active", "active"),
         "runtime_class_info": {"resources": [{"metadata": {"name": "nvidia"}, "handler": "nvidia"}]},
         "plugin_sockets": {"matched": 1},
         "checkpoint": checkpoint({RESOURCE: ["GPU-%d" % i for i in range(gpus)]}),
@@ -230,6 +247,44 @@ def test_runtime_config_that_cannot_be_read():
 
 def test_runtime_check_skipped_is_no_finding():
     assert diagnose({"runtime_check": {"skipped": True, "changed": False}}) == []
+
+
+def test_a_stopped_drift_guard_is_a_warning_naming_each_unit_not_active():
+    assert only(diagnose({"drift_guard": guard_units("inactive", "inactive")})) == {
+        "check": "drift_guard",
+        "severity": "warn",
+        "message": "the runtime drift guard is not running, so another tool's rewrite of the runtime's "
+        "configuration stays: gpuops-runtime-guard.path inactive (result success), "
+        "gpuops-runtime-guard.timer inactive (result success)",
+        "fix": "start them (systemctl start, or run role container_runtime); "
+        "journalctl -u says why they stopped",
+    }
+
+
+def test_a_path_unit_out_of_inotify_instances_says_so():
+    # systemd's result when it cannot set up the watch ("Too many open files"): seen on a
+    # lab node with root's inotify instances used up.
+    finding = only(diagnose({"drift_guard": guard_units("failed", "active", result="resources")}))
+    assert finding["message"].endswith(": gpuops-runtime-guard.path failed (result resources)"), finding
+    assert finding["fix"].endswith(
+        "; result resources: systemd could not watch the files, raise fs.inotify.max_user_instances"
+    ), finding
+
+
+@pytest.mark.parametrize(
+    "units",
+    [
+        # container_runtime_drift_guard: false, or the runtime phase never ran here
+        guard_units("inactive", "inactive", load="not-found"),
+        # no systemd on the node: the module failed (failed_when: false), no status
+        {"results": [{"name": "gpuops-runtime-guard.path", "failed": False, "msg": "no systemd"}]},
+        # gpu_doctor_skip: [drift_guard] skips the task
+        {"skipped": True, "results": [{"skipped": True, "item": "path"}]},
+    ],
+    ids=["not-installed", "no-systemd", "task-skipped"],
+)
+def test_a_guard_that_is_not_installed_is_no_finding(units):
+    assert diagnose({"drift_guard": units}) == []
 
 
 def test_runtime_class_missing_when_nvidia_is_not_the_default():
@@ -426,6 +481,7 @@ def broken():
         "device_nodes": {"matched": 0},
         "toolkit": {"stat": {"exists": False}},
         "runtime_check": {"changed_files": ["/etc/containerd/config.toml"]},
+        "drift_guard": guard_units("failed", "active"),
         "runtime_class_info": {"resources": []},
         "plugin_sockets": {"matched": 0},
         "checkpoint": {},
