@@ -423,11 +423,9 @@ INOTIFY_LIMITS = {"max_user_instances": 512, "max_user_watches": 524288}
 def ensure_inotify_limits():
     for name, wanted in INOTIFY_LIMITS.items():
         path = Path("/proc/sys/fs/inotify") / name
-        if int(path.read_text()) < wanted:
-            print(
-                "lab: fs.inotify.%s %s -> %d (kubelets in containers)"
-                % (name, path.read_text().strip(), wanted)
-            )
+        current = int(path.read_text())
+        if current < wanted:
+            print("lab: fs.inotify.%s %d -> %d (kubelets in containers)" % (name, current, wanted))
             path.write_text("%d\n" % wanted)
 
 
