@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # Sourced, not run, by the lab's Go builds (lab/mocknvml, lab/mig-nvml-standin,
-# lab/peer): the toolchain check, a scratch directory, and `go mod download` of one module
-# version. The sourcing script defines fail MESSAGE (print it and exit).
+# lab/peer): the toolchain check, a scratch directory, `go mod download` of one module
+# version, and the vendored tarball a refused module falls back to. The sourcing script
+# defines fail MESSAGE (print it and exit).
 
 # go_require_cgo WHAT: Go, a C compiler for cgo and python3 (it reads go's JSON), or fail.
 go_require_cgo() {
@@ -63,4 +64,41 @@ go_download() {
 
 go_download_error() {
     cat "$WORK/download.msg" 2>/dev/null || echo "go mod download failed with no message"
+}
+
+# go_vendored_tarball NAME: where the vendored copy NAME of a module the proxy refuses lies:
+# $GPUOPS_VENDOR_DIR/NAME, else the first shared/vendor/NAME beside the checkout or one of
+# its parents (../shared/vendor for /work/main).
+go_vendored_tarball() {
+    local dir
+    if [[ -n ${GPUOPS_VENDOR_DIR:-} ]]; then
+        echo "$GPUOPS_VENDOR_DIR/$1"
+        return
+    fi
+    dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+    local top=$dir
+    while [[ $dir != / ]]; do
+        dir=$(dirname "$dir")
+        if [[ -e $dir/shared/vendor/$1 ]]; then
+            echo "$dir/shared/vendor/$1"
+            return
+        fi
+    done
+    echo "$(dirname "$top")/shared/vendor/$1"
+}
+
+# go_unpack_vendored NAME SHA256 WHAT PROXY_ERROR: unpack the vendored tarball NAME into
+# $WORK/src after checking its sha256; a missing file or another digest fails, naming both
+# (never a silent switch to something else).
+go_unpack_vendored() {
+    local tarball actual
+    tarball=$(go_vendored_tarball "$1")
+    [[ -f $tarball ]] ||
+        fail "the module proxy refused $3 ($4) and the vendored copy $tarball does not exist (set GPUOPS_VENDOR_DIR to the directory holding $1)"
+    actual=$(sha256sum "$tarball" | cut -d' ' -f1)
+    [[ $actual == "$2" ]] ||
+        fail "$tarball has sha256 $actual, but this build pins $2 ($3): refusing to build from it"
+    mkdir -p "$WORK/src"
+    tar -xzf "$tarball" -C "$WORK/src"
+    echo "$tarball"
 }

@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The lab's Kubernetes nodes: systemd podman containers, each with its own containerd and
-a kubelet (the lab's v1.34 build) joined to lab/cluster.py's control plane, reached over
+a kubelet (the lab's build, KUBE_VERSION) joined to lab/cluster.py's control plane, reached over
 SSH as a non-root user with sudo, the way a real fleet is.
 
     python lab/nodes.py up [--count N]   # default 2 (or $LAB_NODES); needs `lab/cluster.py up`

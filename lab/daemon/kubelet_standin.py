@@ -28,7 +28,7 @@ from gpuops_device_plugin.api import api_pb2, api_pb2_grpc
 KUBELET_SOCKET = "kubelet.sock"
 # How long restart() lets a Register in flight finish: the handler dials the plugin back
 # (10 s) and asks its options (10 s). Cancelling it instead fails the plugin's Register
-# after the stand-in has counted it: NVIDIA's plugin (v0.19.1) then arms a 30 s restart
+# after the stand-in has counted it: NVIDIA's plugin (v0.19.1 and v0.20.0) then arms a 30 s restart
 # timer that no later successful registration disarms, and restarts 30 s on, mid-run.
 REGISTER_GRACE = 20.0
 

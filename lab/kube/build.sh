@@ -2,15 +2,16 @@
 # Build the lab cluster's Kubernetes binaries from the k8s.io/kubernetes Go module
 # (through the module proxy) and print the directory that holds them.
 #
-# The result is cached per go.mod/go.sum hash under $GPUOPS_LAB_CACHE (default
+# The release is KUBE_VERSION (default and pins: release.sh). The result is cached per
+# go.mod/go.sum hash under $GPUOPS_LAB_CACHE (default
 # ~/.cache/gpuops-lab), outside the work tree, so that a fresh clone on the same
 # machine (CI) reuses it; delete that directory to force a rebuild.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-KUBE_VERSION="$(awk '$1 == "k8s.io/kubernetes" {print $2; exit}' "$here/go.mod")"
+source "$here/release.sh"
 COMPONENTS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
 cache="${GPUOPS_LAB_CACHE:-$HOME/.cache/gpuops-lab}"
-key="$(cat "$here/go.mod" "$here/go.sum" "$0" | sha256sum | cut -c1-12)"
+key="$(cat "$kube_module/go.mod" "$kube_module/go.sum" "$0" | sha256sum | cut -c1-12)"
 out="$cache/kube-$KUBE_VERSION-$key"
 
 if [[ -f "$out/.complete" ]]; then
@@ -32,7 +33,7 @@ ldflags+=" -X ${pkg/component-base/client-go\/pkg}.gitVersion=$KUBE_VERSION"
 start=$SECONDS
 for c in "${COMPONENTS[@]}"; do
   echo "build.sh: building $c $KUBE_VERSION" >&2
-  (cd "$here" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" \
+  (cd "$kube_module" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" \
     -o "$out/bin/$c" "k8s.io/kubernetes/cmd/$c")
 done
 echo "build.sh: built ${COMPONENTS[*]} in $((SECONDS - start)) s" >&2

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The lab cluster's images, built here because no registry can be reached:
-#   localhost/gpuops-lab/pause:3.10.1  Kubernetes' own pause.c (from the k8s.io/kubernetes
-#                                       module the binaries come from), static;
+#   localhost/gpuops-lab/pause:1       Kubernetes' own pause.c (from the k8s.io/kubernetes
+#                                       module the binaries come from, stamped with the
+#                                       release's pause TAG), static;
 #   localhost/gpuops-lab/tools:1       Debian's static busybox, for test pods.
 #   localhost/gpuops-lab/nvml-query:1  the lab node image's Debian python3 with NVIDIA's
 #                                       nvidia-ml-py, running lab/kube/nvml-query.py: what
@@ -18,14 +19,15 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 cache="${GPUOPS_LAB_CACHE:-$HOME/.cache/gpuops-lab}"
 export CONTAINERS_CONF="${CONTAINERS_CONF:-$here/../containers.conf}"
-kube_version="$(awk '$1 == "k8s.io/kubernetes" {print $2; exit}' "$here/go.mod")"
+source "$here/release.sh"
+kube_version=$KUBE_VERSION
 nvml_py=13.615.71  # nvidia-ml-py, as requirements/dev.txt pins it
 key="$(cat "$0" "$here/nvml-query.py" | sha256sum | cut -c1-12)"
 out="$cache/images-$kube_version-$key"
-pause=localhost/gpuops-lab/pause:3.10.1
+pause=localhost/gpuops-lab/pause:1
 tools=localhost/gpuops-lab/tools:1
 query=localhost/gpuops-lab/nvml-query:1
-# NVIDIA's plugin: the newest release the module proxy serves here (build-nvidia-plugin.sh).
+# NVIDIA's plugin: the release device_plugin_nvidia_version pins (build-nvidia-plugin.sh).
 plugin_dir="$(bash "$here/../peer/build-nvidia-plugin.sh" | tail -n1)"
 plugin_version="$(basename "$plugin_dir")"
 plugin=nvcr.io/nvidia/k8s-device-plugin:$plugin_version
@@ -35,9 +37,10 @@ if [[ ! -f "$out/.complete" ]]; then
   rm -rf "$out" && mkdir -p "$out"
   work="$(mktemp -d)"
   trap 'rm -rf "$work"' EXIT
-  src="$(cd "$here" && go list -m -f '{{.Dir}}' k8s.io/kubernetes)/build/pause/linux/pause.c"
+  src="$(cd "$kube_module" && go list -m -f '{{.Dir}}' k8s.io/kubernetes)/build/pause"
+  tag=$(awk '$1 == "TAG" && $2 == "?=" {print $3; exit}' "$src/Makefile")
   mkdir -p "$work/pause"
-  gcc -Os -static -DVERSION=3.10.1-gpuops-lab -o "$work/pause/pause" "$src"
+  gcc -Os -static -DVERSION="v$tag-gpuops-lab" -o "$work/pause/pause" "$src/linux/pause.c"
   tar -C "$work/pause" -c . | podman import --change 'ENTRYPOINT ["/pause"]' \
     --change 'USER 65535:65535' - "$pause" >&2
   podman save --format docker-archive -o "$out/pause.tar" "$pause" >&2

@@ -72,33 +72,9 @@ from_proxy() {
 }
 
 # --- 2. the vendored tarball -----------------------------------------------------------------
-find_tarball() {
-    local dir
-    if [[ -n ${GPUOPS_VENDOR_DIR:-} ]]; then
-        echo "$GPUOPS_VENDOR_DIR/$TARBALL"
-        return
-    fi
-    dir=$REPO_ROOT
-    while [[ $dir != / ]]; do
-        dir=$(dirname "$dir")
-        if [[ -e $dir/shared/vendor/$TARBALL ]]; then
-            echo "$dir/shared/vendor/$TARBALL"
-            return
-        fi
-    done
-    echo "$(dirname "$REPO_ROOT")/shared/vendor/$TARBALL"
-}
-
 from_tarball() {
-    local tarball actual
-    tarball=$(find_tarball)
-    [[ -f $tarball ]] ||
-        fail "the module proxy refused $MODULE@${COMMIT:0:12} ($PROXY_ERROR) and the vendored copy $tarball does not exist (set GPUOPS_VENDOR_DIR to the directory holding $TARBALL)"
-    actual=$(sha256sum "$tarball" | cut -d' ' -f1)
-    [[ $actual == "$TARBALL_SHA256" ]] ||
-        fail "$tarball has sha256 $actual, but this build pins $TARBALL_SHA256 ($MODULE at $COMMIT): refusing to build from it"
-    mkdir -p "$WORK/src"
-    tar -xzf "$tarball" -C "$WORK/src"
+    local tarball
+    tarball=$(go_unpack_vendored "$TARBALL" "$TARBALL_SHA256" "$MODULE at $COMMIT" "$PROXY_ERROR")
     BUILD_GOFLAGS="-buildvcs=false -mod=vendor"
     SOURCE="$tarball (sha256 ok)"
 }

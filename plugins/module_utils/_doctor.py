@@ -20,6 +20,12 @@ import base64
 import binascii
 import json
 
+from ansible_collections.gpuops.k8s.plugins.module_utils._kubelet import (
+    FAIL_CGROUP_V1_DEFAULT_SINCE,
+    parse_version,
+    refuses_cgroup_v1,
+)
+
 FAIL = "fail"
 WARN = "warn"
 
@@ -32,6 +38,7 @@ CHECKS = (
     "runtime",
     "drift_guard",
     "runtime_class",
+    "kubelet",
     "plugin",
     "allocatable",
     "labels",
@@ -47,6 +54,7 @@ OBSERVATIONS = (
     "runtime_check",  # gpuops.k8s.nvidia_runtime in check mode (skipped: not checked)
     "drift_guard",  # systemd_service (no state) looped over the drift guard's units
     "runtime_class_info",  # k8s_info of the RuntimeClass
+    "kubelet",  # gpuops.k8s.kubelet_info
     "plugin_sockets",  # find of *.sock in the device plugin directory
     "checkpoint",  # slurp of the kubelet's device checkpoint (no content: unreadable)
     "node",  # k8s_info of the Node
@@ -261,6 +269,37 @@ def _runtime_class(obs, settings):
     return []
 
 
+def _kubelet(obs, settings):
+    """A kubelet that exits at start on this cgroup v1 host (KEP-5573), or will once it is
+    at the release the inventory names (settings kubelet_version)."""
+    kubelet = obs["kubelet"]
+    if kubelet.get("cgroup_version") != 1:
+        return []
+    fail_cgroup_v1 = (kubelet.get("config") or {}).get("failCgroupV1")
+    installed = parse_version(kubelet.get("version"))
+    target = parse_version(settings["kubelet_version"])
+    if refuses_cgroup_v1(installed, fail_cgroup_v1):
+        severity, who = FAIL, "the kubelet (%s)" % kubelet.get("version")
+    elif target and refuses_cgroup_v1(max(target, installed or target), fail_cgroup_v1):
+        severity, who = WARN, "the kubelet at %s (gpuops_kubernetes_version)" % settings["kubelet_version"]
+    else:
+        return []
+    config = kubelet.get("config_path") or "the kubelet configuration"
+    says = "says failCgroupV1: true" if fail_cgroup_v1 is True else "does not set failCgroupV1"
+    return [
+        finding(
+            "kubelet",
+            severity,
+            "this node is on cgroup v1 and %s refuses to start there: %s %s, which is true by default "
+            "from Kubernetes %s (KEP-5573), so the kubelet exits at start and the Node goes NotReady"
+            % (who, config, says, "%d.%d" % FAIL_CGROUP_V1_DEFAULT_SINCE),
+            "move the node to cgroup v2 (boot with systemd.unified_cgroup_hierarchy=1; RHEL 8 and older "
+            "images default to v1), or set failCgroupV1: false in %s and restart the kubelet "
+            "(cgroup v1 is in maintenance mode upstream)" % config,
+        )
+    ]
+
+
 def _plugin(obs, settings):
     if gpu_count(obs["gpu"]) == 0:
         return []
@@ -395,6 +434,7 @@ _RULES = (
         _runtime_class,
         False,
     ),
+    ("kubelet", ("kubelet",), ("kubelet_version",), _kubelet, False),
     ("plugin", ("gpu", "plugin_sockets", "checkpoint"), ("plugin_dir", "resource"), _plugin, False),
     # A Node missing from the cluster is reported even where allocatable is skipped.
     ("allocatable", ("node",), ("node_name",), _node_missing, True),

@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Device plugins against the lab's real kubelet and API server (H100 profile, mock NVML):
-ours, and NVIDIA's (v0.19.1, the newest release buildable here) as the reference that the
+ours, and NVIDIA's (v0.20.0, the release the role pins, built from its source) as the reference that the
 same kubelet accepts the same way."""
 
 from __future__ import annotations

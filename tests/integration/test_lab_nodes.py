@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -676,12 +677,13 @@ def test_four_gpus_asked_for_are_one_sockets_four(nodes, gpu_nodes):
     assert sorted(json.loads(log)["uuids"]) == sorted(assigned)
 
 
-def playbook_on(playbook, hosts, fleet, **extra_vars):
-    """PLAYBOOK on HOSTS with make site's settings (inventories/lab): its return code, and
-    each task's name and per-host results, in the order they ran."""
+def playbook_on(playbook, hosts, fleet, tags=None, **extra_vars):
+    """PLAYBOOK on HOSTS with make site's settings (inventories/lab), only TAGS where given:
+    its return code, and each task's name and per-host results, in the order they ran."""
     args = (
         *("-i", str(ROOT / "inventories" / "lab"), "-i", str(fleet), "--limit", ",".join(hosts)),
         *(str(ROOT / "playbooks" / playbook), "-e", json.dumps(extra_vars)),
+        *(("--tags", tags) if tags else ()),
     )
     proc, plays = run_ansible("ansible-playbook", *args, timeout=900)
     tasks = [task for play in plays for task in play["tasks"]]
@@ -928,6 +930,44 @@ def test_a_lost_gpu_is_found_on_its_node_only_and_fails_its_validation(nodes, gp
         # The daemon's recovery: Healthy again once re-probes pass for its quiet period
         # (10 s in lab_nodes_gpu.yml).
         nodes.wait("GPU 3 back: 8 allocatable on " + FAULTED, lambda: allocatable(nodes, FAULTED) == "8", 60)
+
+
+# The node's kubelet configuration (JSON, written by lab/nodes.py).
+KUBELET_CONFIG = "/etc/kubernetes/kubelet.yaml"
+DROP_FAIL_CGROUP_V1 = (
+    "import json, sys; path = sys.argv[1]; config = json.load(open(path)); "
+    "config.pop('failCgroupV1'); open(path, 'w').write(json.dumps(config, indent=2))"
+)
+
+
+def test_a_kubelet_that_would_refuse_cgroup_v1_is_named_on_its_node_only(nodes, gpu_nodes, fleet):
+    # The lab's kubelets run on this cgroup v1 host because their configuration says
+    # failCgroupV1: false. Without it a 1.35+ kubelet exits at its next start; the running
+    # one read its file at start, so the node stays Ready while the doctor must say so.
+    saved = KUBELET_CONFIG + ".gpuops-test"
+    on_faulted("ansible.builtin.command", {"argv": ["cp", "-p", KUBELET_CONFIG, saved]})
+    try:
+        drop = ["python3", "-c", DROP_FAIL_CGROUP_V1, KUBELET_CONFIG]
+        on_faulted("ansible.builtin.command", {"argv": drop})
+        rc, findings = doctor_findings(fleet)
+        assert rc == 0 and "kubelet" not in findings[HEALTHY], findings
+        assert re.fullmatch(
+            r"this node is on cgroup v1 and the kubelet \(v1\.3[5-9]\.\d+\) refuses to start there: "
+            + re.escape(KUBELET_CONFIG)
+            + r" does not set failCgroupV1, which is true by default from Kubernetes 1\.35 \(KEP-5573\), "
+            r"so the kubelet exits at start and the Node goes NotReady",
+            findings[FAULTED]["kubelet"],
+        ), findings
+        # site.yml's preflight stops that node with the same words, and only that node.
+        rc, tasks = playbook_on("site.yml", CONTAINERD_NODES, fleet, tags="preflight")
+        check = dict(tasks)["Check that the kubelet can run on this host"]
+        assert rc != 0 and check[FAULTED]["failed"] and not check[HEALTHY].get("failed"), check
+        fix = ". Fix: move the node to cgroup v2"
+        assert check[FAULTED]["msg"].startswith(findings[FAULTED]["kubelet"] + fix), check
+    finally:
+        on_faulted("ansible.builtin.command", {"argv": ["mv", saved, KUBELET_CONFIG]})
+    rc, findings = doctor_findings(fleet)
+    assert "kubelet" not in findings[FAULTED], findings
 
 
 UPGRADED = "560.35.03"

@@ -28,6 +28,7 @@ SETTINGS = {
     "runtime_path": "/usr/bin/nvidia-container-runtime",
     "runtime_is_default": False,
     "runtime_class": "nvidia",
+    "kubelet_version": "",
     "plugin_dir": "/var/lib/kubelet/device-plugins",
     "resource": RESOURCE,
     "node_name": "gpu-01",
@@ -61,6 +62,21 @@ def guard_units(path_state, timer_state, load="loaded", result="success"):
     }
 
 
+def kubelet(version="v1.37.2", cgroup=1, config=None, path="/var/lib/kubelet/config.yaml"):
+    """gpuops.k8s.kubelet_info's result: by default a 1.37 kubelet on a cgroup v1 host whose
+    configuration allows it (failCgroupV1: false)."""
+    return {
+        "changed": False,
+        "binary": "/usr/bin/kubelet",
+        "version": version,
+        "running": True,
+        "config_path": path,
+        "config": {"failCgroupV1": False, "cgroupDriver": "systemd"} if config is None else config,
+        "config_error": None,
+        "cgroup_version": cgroup,
+    }
+
+
 def healthy(gpus=4):
     """Every observation of a healthy node with gpus GPUs, as the role registers them."""
     return {
@@ -75,6 +91,7 @@ def healthy(gpus=4):
         "runtime_check": {"changed": False, "failed": False, "changed_files": [], "restart_required": False},
         "drift_guard": guard_units("active", "active"),
         "runtime_class_info": {"resources": [{"metadata": {"name": "nvidia"}, "handler": "nvidia"}]},
+        "kubelet": kubelet(),
         "plugin_sockets": {"matched": 1},
         "checkpoint": checkpoint({RESOURCE: ["GPU-%d" % i for i in range(gpus)]}),
         "node": {"resources": [{"status": {"allocatable": {RESOURCE: str(gpus), "cpu": "16"}}}]},
@@ -301,6 +318,55 @@ def test_runtime_class_not_needed_when_nvidia_is_the_default():
     assert diagnose({"runtime_class_info": {"resources": []}}, {"runtime_is_default": True}) == []
 
 
+KUBELET_FIX = (
+    "move the node to cgroup v2 (boot with systemd.unified_cgroup_hierarchy=1; RHEL 8 and older "
+    "images default to v1), or set failCgroupV1: false in /var/lib/kubelet/config.yaml and restart "
+    "the kubelet (cgroup v1 is in maintenance mode upstream)"
+)
+
+
+def test_a_kubelet_135_on_cgroup_v1_without_the_setting_fails_naming_it():
+    assert only(diagnose({"kubelet": kubelet("v1.35.4", config={"cgroupDriver": "systemd"})})) == {
+        "check": "kubelet",
+        "severity": "fail",
+        "message": "this node is on cgroup v1 and the kubelet (v1.35.4) refuses to start there: "
+        "/var/lib/kubelet/config.yaml does not set failCgroupV1, which is true by default from "
+        "Kubernetes 1.35 (KEP-5573), so the kubelet exits at start and the Node goes NotReady",
+        "fix": KUBELET_FIX,
+    }
+
+
+def test_failcgroupv1_true_fails_from_131_where_the_setting_came():
+    found = only(diagnose({"kubelet": kubelet("v1.31.0", config={"failCgroupV1": True})}))
+    assert found["severity"] == "fail"
+    assert "/var/lib/kubelet/config.yaml says failCgroupV1: true" in found["message"]
+    assert diagnose({"kubelet": kubelet("v1.30.9", config={"failCgroupV1": True})}) == []
+
+
+def test_an_upgrade_the_inventory_plans_is_a_warning_before_it_happens():
+    found = only(diagnose({"kubelet": kubelet("v1.34.10", config={})}, {"kubelet_version": "v1.35.4"}))
+    assert found["severity"] == "warn"
+    assert found["message"].startswith(
+        "this node is on cgroup v1 and the kubelet at v1.35.4 (gpuops_kubernetes_version) refuses to start"
+    )
+    assert found["fix"] == KUBELET_FIX
+
+
+@pytest.mark.parametrize(
+    "observed, target",
+    [
+        (kubelet("v1.37.2", config={"failCgroupV1": False}), "v1.37.2"),  # allowed explicitly
+        (kubelet("v1.37.2", cgroup=2, config={}), ""),  # cgroup v2: nothing to refuse
+        (kubelet("v1.34.10", config={}), ""),  # before 1.35 the default lets it run
+        (kubelet("v1.34.10", config={}), "v1.34.12"),  # and so does the planned release
+        (kubelet(None, config={}), ""),  # no kubelet on the node
+        ({"skipped": True, "changed": False}, ""),  # not checked
+    ],
+)
+def test_no_kubelet_finding_where_it_does_not_apply(observed, target):
+    assert diagnose({"kubelet": observed}, {"kubelet_version": target}) == []
+
+
 def test_no_plugin_socket():
     assert only(diagnose({"plugin_sockets": {"matched": 0}})) == {
         "check": "plugin",
@@ -483,6 +549,7 @@ def broken():
         "runtime_check": {"changed_files": ["/etc/containerd/config.toml"]},
         "drift_guard": guard_units("failed", "active"),
         "runtime_class_info": {"resources": []},
+        "kubelet": kubelet(config={}),
         "plugin_sockets": {"matched": 0},
         "checkpoint": {},
         "node": {"resources": [{"status": {"allocatable": {}}}]},
