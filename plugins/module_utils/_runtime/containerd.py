@@ -16,8 +16,9 @@ import copy
 
 from .errors import ConfigShapeError, UnsupportedOption
 from .tables import apply_default, copy_of_default, current_default, walk
+from .toml_data import plain, type_name
 from .toml_edit import edit_toml
-from .toml_text import plain, read_toml, type_name
+from .toml_text import read_toml
 
 # The CRI plugin's runtime table, by containerd config version (what nvidia-ctk uses).
 CRI_PLUGIN = {1: "cri", 2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}

@@ -14,8 +14,8 @@ __metaclass__ = type
 
 from .errors import UnsupportedOption
 from .tables import apply_default, copy_of_default, current_default, walk
+from .toml_data import plain
 from .toml_edit import edit_toml
-from .toml_text import plain
 
 DEFAULT_KEY = ("crio", "runtime", "default_runtime")
 

@@ -18,7 +18,7 @@ import re
 
 from .errors import ConfigParseError, ConfigShapeError
 from .tables import apply_default
-from .toml_text import type_name
+from .toml_data import type_name
 
 
 def _json_indent(text):

@@ -16,9 +16,9 @@ backup_local, or the guard's own).
 The package (its __init__.py stays empty: ansible-core 2.17's empty-init sanity test):
 calls go one way, downwards: plan -> containerd, crio, docker (the per-engine edits) ->
 tables (edits on plain data) -> toml_edit (the difference applied to the user's text) ->
-toml_text (reading, lexing, rendering) -> errors. Nothing here does I/O at import; only
-plan reads files. The drift guard (roles/container_runtime/files/gpuops_runtime_guard/
-_runtime) links these files.
+toml_text (reading, lexing, rendering) -> toml_data (parsed values named, compared and
+diffed) -> errors. Nothing here does I/O at import; only plan reads files. The drift guard
+(roles/container_runtime/files/gpuops_runtime_guard/_runtime) links these files.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -34,8 +34,9 @@ from .crio import crio_edit
 from .defaults import ENGINES
 from .docker import docker_edit, parse_json
 from .errors import RuntimeConfigError, UnsupportedOption
-from .toml_edit import UNRENDERED, pruned
-from .toml_text import read_toml, same
+from .toml_data import pruned, same
+from .toml_edit import UNRENDERED
+from .toml_text import read_toml
 
 SPEC_KEYS = ("state", "runtime_name", "runtime_path", "set_as_default", "enable_cdi")
 

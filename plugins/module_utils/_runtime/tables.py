@@ -13,7 +13,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from .errors import ConfigShapeError
-from .toml_text import keypath, plain, type_name
+from .toml_data import keypath, plain, type_name
 
 DEFAULT_RUNTIME = "runc"  # what containerd, Docker and CRI-O fall back to
 

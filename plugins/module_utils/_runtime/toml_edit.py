@@ -24,37 +24,22 @@ __metaclass__ = type
 import copy
 
 from .errors import ConfigParseError, RuntimeConfigError
+from .toml_data import diff, keypath, plain, pruned, same
 from .toml_text import (
     ADDED,
     HAS_TOMLKIT,
     NOTE,
     TomlParseError,
-    keypath,
     lex,
     note_text,
     parse_toml,
-    plain,
     read_toml,
-    same,
     sections_text,
     toml_path,
     tomlkit,
     value_of,
     value_text,
 )
-
-
-def _diff(old, new, path=()):
-    """The changes from old to new data: (op, key path, new value), op in add, set, del."""
-    ops = [("del", (*path, key), None) for key in old if key not in new]
-    for key, value in new.items():
-        if key not in old:
-            ops.append(("add", (*path, key), value))
-        elif isinstance(value, dict) and isinstance(old[key], dict):
-            ops.extend(_diff(old[key], value, (*path, key)))
-        elif not same(old[key], value):
-            ops.append(("set", (*path, key), value))
-    return ops
 
 
 def _glued_start(text, index):
@@ -117,6 +102,21 @@ class _TextEdit:
             if full == path[: len(full)]:
                 return stmt, full
         return None, None
+
+    def needs_tomlkit(self, op):
+        """Changes inside an inline table, and arrays (their comments and layout), go through
+        tomlkit, which edits those in place well."""
+        kind, path, value = op
+        stmt, full = self.stmt_over(path)
+        if stmt is None:
+            return False
+        if len(full) < len(path):
+            return True
+        return kind == "set" and isinstance(value, list) and isinstance(stmt.value, list)
+
+    def plain_array(self, op):
+        stmt, full = self.stmt_over(op[1])
+        return op[0] == "set" and full == op[1] and "#" not in self.text[stmt.equals : stmt.end]
 
     def section(self, path):
         for section in self.sections:
@@ -291,23 +291,6 @@ def _set_table(parent, key, value):
     parent[key] = _inline(value) if _is_inline(parent) else value
 
 
-def _needs_tomlkit(plan, op):
-    """Changes inside an inline table, and arrays (their comments and layout), go through
-    tomlkit, which edits those in place well."""
-    kind, path, value = op
-    stmt, full = plan.stmt_over(path)
-    if stmt is None:
-        return False
-    if len(full) < len(path):
-        return True
-    return kind == "set" and isinstance(value, list) and isinstance(stmt.value, list)
-
-
-def _plain_array(plan, op):
-    stmt, full = plan.stmt_over(op[1])
-    return op[0] == "set" and full == op[1] and "#" not in plan.text[stmt.equals : stmt.end]
-
-
 def _tomlkit_op(doc, op, source):
     kind, path, value = op
     try:
@@ -344,14 +327,6 @@ def _tomlkit_op(doc, op, source):
         ) from error
 
 
-def pruned(data):
-    """data without empty tables, recursively."""
-    if not isinstance(data, dict):
-        return data
-    kept = {key: pruned(value) for key, value in data.items()}
-    return {key: value for key, value in kept.items() if value != {}}
-
-
 def edit_toml(text, source, edit, remember=()):
     """Run edit(root, new_table, marks) on a plain copy of the file's data, apply the
     difference to the text, and check that the new text parses to exactly the intended data.
@@ -368,9 +343,9 @@ def edit_toml(text, source, edit, remember=()):
     edit(expected, dict, plan.marks() if plan else {})
     if same(expected, before):
         return text, before, before  # nothing to change: keep the user's bytes
-    ops = _diff(before, expected)
+    ops = diff(before, expected)
     plan = plan or _TextEdit(text, source)
-    structural = [op for op in ops if _needs_tomlkit(plan, op)]
+    structural = [op for op in ops if plan.needs_tomlkit(op)]
     if structural and not HAS_TOMLKIT:
         return UNRENDERED, before, expected
     if structural:
@@ -379,7 +354,7 @@ def edit_toml(text, source, edit, remember=()):
         except ConfigParseError:
             # This tomlkit refuses or misreads the file: an array without comments can be
             # written anew in its line; anything else is refused, the file untouched.
-            if not all(_plain_array(plan, op) for op in structural):
+            if not all(plan.plain_array(op) for op in structural):
                 raise
             structural = []
     if structural:

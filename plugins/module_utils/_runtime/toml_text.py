@@ -12,13 +12,13 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import copy
 import json
 import math
 import re
 import traceback
 
 from .errors import ConfigParseError, RuntimeConfigError
+from .toml_data import same
 
 try:
     import tomlkit
@@ -36,41 +36,6 @@ try:
     import tomllib  # Python >= 3.11: reads TOML, cannot write it
 except ImportError:
     tomllib = None
-
-
-def keypath(keys):
-    return ".".join('"%s"' % k if re.search(r"[^A-Za-z0-9_-]", k) else k for k in keys)
-
-
-def type_name(value):
-    if isinstance(value, dict):
-        return "table"
-    return {str: "string", bool: "boolean", int: "integer", float: "float", list: "array"}.get(
-        type(value.unwrap() if hasattr(value, "unwrap") else value), type(value).__name__
-    )
-
-
-def plain(value):
-    """tomlkit item or plain value -> plain Python data (a deep copy)."""
-    return copy.deepcopy(value.unwrap() if hasattr(value, "unwrap") else value)
-
-
-_NAN = object()  # stands for any NaN float: NaN != NaN would make every file "changed"
-
-
-def _canon(data):
-    """data with NaN floats replaced by one marker, so equal data compares equal."""
-    if isinstance(data, dict):
-        return {key: _canon(value) for key, value in data.items()}
-    if isinstance(data, list):
-        return [_canon(value) for value in data]
-    if isinstance(data, float) and math.isnan(data):
-        return _NAN
-    return data
-
-
-def same(left, right):
-    return _canon(left) == _canon(right)
 
 
 def _loads(text):

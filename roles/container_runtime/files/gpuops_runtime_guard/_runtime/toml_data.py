@@ -1,0 +1,1 @@
+../../../../../plugins/module_utils/_runtime/toml_data.py
