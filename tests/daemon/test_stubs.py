@@ -1,12 +1,52 @@
 # Copyright (c) gpuops.k8s contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The committed gRPC stubs are what the generator makes from the committed api.proto."""
+"""The committed gRPC stubs are what the generator makes from the committed protos."""
 
+import importlib
 import subprocess
 import sys
 
+import pytest
 from dp_harness import ROOT
+
+# Stub module -> the gRPC methods its client stub calls: the paths the kubelet serves or calls
+# (for DRA, Kubernetes 1.37's pkg/kubelet/cm/dra/plugin), which only upstream's package lines give.
+KUBELET_METHODS = {
+    "api": {
+        "/v1beta1.Registration/Register",
+        "/v1beta1.DevicePlugin/GetDevicePluginOptions",
+        "/v1beta1.DevicePlugin/ListAndWatch",
+        "/v1beta1.DevicePlugin/GetPreferredAllocation",
+        "/v1beta1.DevicePlugin/Allocate",
+        "/v1beta1.DevicePlugin/PreStartContainer",
+    },
+    "dra_v1": {
+        "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources",
+        "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodeUnprepareResources",
+    },
+    "dra_v1beta1": {
+        "/k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin/NodePrepareResources",
+        "/k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin/NodeUnprepareResources",
+    },
+    "pluginregistration": {
+        "/pluginregistration.Registration/GetInfo",
+        "/pluginregistration.Registration/NotifyRegistrationStatus",
+    },
+    "dra_health_v1alpha1": {"/v1alpha1.DRAResourceHealth/NodeWatchResources"},
+}
+
+
+class RecordingChannel:
+    """Stands in for grpc.Channel: a stub's constructor names each method path it will call."""
+
+    def __init__(self):
+        self.paths = set()
+
+    def _record(self, path, **_):
+        self.paths.add(path)
+
+    unary_unary = unary_stream = stream_unary = stream_stream = _record
 
 
 def test_stubs_are_current():
@@ -19,16 +59,26 @@ def test_stubs_are_current():
     assert result.returncode == 0, result.stderr
 
 
-def test_stubs_serve_the_kubelet_method_names():
-    from gpuops_device_plugin.api import api_pb2  # noqa: PLC0415
+@pytest.mark.parametrize("module", sorted(KUBELET_METHODS))
+def test_stubs_serve_the_kubelet_method_names(module):
+    pb2 = importlib.import_module(f"gpuops_device_plugin.api.{module}_pb2")
+    grpc_module = importlib.import_module(f"gpuops_device_plugin.api.{module}_pb2_grpc")
+    described = {
+        f"/{service.full_name}/{method.name}"
+        for service in pb2.DESCRIPTOR.services_by_name.values()
+        for method in service.methods
+    }
+    channel = RecordingChannel()
+    for service in pb2.DESCRIPTOR.services_by_name:
+        getattr(grpc_module, f"{service}Stub")(channel)
+    assert described == KUBELET_METHODS[module]
+    assert channel.paths == KUBELET_METHODS[module]
 
-    services = api_pb2.DESCRIPTOR.services_by_name
-    assert sorted(services) == ["DevicePlugin", "Registration"]
-    assert api_pb2.DESCRIPTOR.package == "v1beta1"
-    assert sorted(m.name for m in services["DevicePlugin"].methods) == [
-        "Allocate",
-        "GetDevicePluginOptions",
-        "GetPreferredAllocation",
-        "ListAndWatch",
-        "PreStartContainer",
-    ]
+
+def test_health_stream_is_server_streaming():
+    from gpuops_device_plugin.api import dra_health_v1alpha1_pb2  # noqa: PLC0415
+
+    service = dra_health_v1alpha1_pb2.DESCRIPTOR.services_by_name["DRAResourceHealth"]
+    watch = service.methods_by_name["NodeWatchResources"]
+    assert watch.server_streaming
+    assert not watch.client_streaming

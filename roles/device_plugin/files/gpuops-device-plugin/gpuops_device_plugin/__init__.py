@@ -6,7 +6,8 @@
 Parts: config (file, env, flags), discovery (NVML), resources (pure: names, replicas,
 Allocate responses), allocation (pure: preferred allocation), health (NVML events,
 recovery), server (gRPC translation), registrar (serve, register, watch the kubelet),
-metrics (Prometheus), daemon (wiring, signals).
+metrics (Prometheus), daemon (wiring, signals). For the DRA front end to come:
+dra_checkpoint (prepared claims, on disk) and the kubelet's DRA protos in api/.
 """
 
 __version__ = "0.1.0"
