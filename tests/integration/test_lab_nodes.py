@@ -75,6 +75,8 @@ def ansible_env():
 # Every deprecation warning an Ansible run in this module printed or a task returned (the
 # last test asserts there are none).
 DEPRECATIONS = []
+# What a kubelet, the API server or Ansible says of a deprecation or a removal to come.
+DEPRECATED = re.compile(r"deprecat|will be removed|no longer supported", re.IGNORECASE)
 
 
 def run_ansible(tool, *args, timeout=300, venv_bin=VENV_BIN):
@@ -90,8 +92,12 @@ def run_ansible(tool, *args, timeout=300, venv_bin=VENV_BIN):
     )
     # The dev line's: an older line may warn of what a newer one already changed.
     dev_line = venv_bin == VENV_BIN
+    # The API server's warnings reach Ansible as [WARNING] lines ("v1 Endpoints is deprecated
+    # in v1.33+; use discovery.k8s.io/v1 EndpointSlice", say).
     DEPRECATIONS.extend(
-        line for line in proc.stderr.splitlines() if dev_line and "DEPRECATION WARNING" in line
+        line
+        for line in proc.stderr.splitlines()
+        if dev_line and ("DEPRECATION WARNING" in line or ("WARNING" in line and DEPRECATED.search(line)))
     )
     try:
         plays = json.loads(proc.stdout)["plays"]
@@ -103,6 +109,8 @@ def run_ansible(tool, *args, timeout=300, venv_bin=VENV_BIN):
                 DEPRECATIONS.extend(
                     "%s: %s" % (task["task"]["name"], d.get("msg", d)) for d in result.get("deprecations", [])
                 )
+                name, warnings = task["task"]["name"], result.get("warnings", [])
+                DEPRECATIONS.extend("%s: %s" % (name, w) for w in warnings if DEPRECATED.search(w))
     return proc, plays
 
 
@@ -1219,7 +1227,17 @@ def test_uninstall_gives_the_nodes_back_as_they_were(nodes, gpu_nodes, fleet):
     probe_each_node(nodes)
 
 
+def test_no_kubelet_logged_a_deprecation(nodes):
+    # After every run above: the lab's kubelet configuration and what our roles put on the
+    # nodes (services, pods, runtime settings) use nothing Kubernetes 1.37 deprecates. (The
+    # API server's deprecation warnings to our clients are in DEPRECATIONS, below.)
+    for node in EXPECTED:
+        journal = on_node(node, "ansible.builtin.command", "journalctl -u kubelet --no-pager -o cat")
+        assert [line for line in journal["stdout"].splitlines() if DEPRECATED.search(line)] == [], node
+
+
 def test_no_ansible_run_printed_a_deprecation_warning():
     # Every playbook and ad-hoc run above, on the dev environment's ansible-core line:
-    # site.yml's node phases, validate.yml, upgrade_driver.yml, doctor runs, uninstall.yml.
+    # site.yml's node phases, validate.yml, upgrade_driver.yml, doctor runs, uninstall.yml;
+    # Ansible's own deprecations and the API server's warnings to the roles' requests.
     assert DEPRECATIONS == []
