@@ -8,6 +8,7 @@
 # machine (CI) reuses it; delete that directory to force a rebuild.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
+# shellcheck source=lab/kube/release.sh
 source "$here/release.sh"
 COMPONENTS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
 cache="${GPUOPS_LAB_CACHE:-$HOME/.cache/gpuops-lab}"

@@ -19,11 +19,11 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 cache="${GPUOPS_LAB_CACHE:-$HOME/.cache/gpuops-lab}"
 export CONTAINERS_CONF="${CONTAINERS_CONF:-$here/../containers.conf}"
+# shellcheck source=lab/kube/release.sh
 source "$here/release.sh"
-kube_version=$KUBE_VERSION
 nvml_py=13.615.71  # nvidia-ml-py, as requirements/dev.txt pins it
 key="$(cat "$0" "$here/nvml-query.py" | sha256sum | cut -c1-12)"
-out="$cache/images-$kube_version-$key"
+out="$cache/images-$KUBE_VERSION-$key"
 pause=localhost/gpuops-lab/pause:1
 tools=localhost/gpuops-lab/tools:1
 query=localhost/gpuops-lab/nvml-query:1

@@ -15,7 +15,7 @@ upstream=$(go mod download -json "k8s.io/kubernetes@$version" | python3 -c 'impo
 work=$(mktemp -d) && trap 'rm -rf "$work"' EXIT
 cd "$work"
 go mod init gpuops.invalid/lab/kube 2>/dev/null
-for module in $(awk '$2 == "=>" && $3 ~ /^\.\/staging\// {print $1}' "$upstream"); do
+awk '$2 == "=>" && $3 ~ /^\.\/staging\// {print $1}' "$upstream" | while read -r module; do
   go mod edit -replace "$module=$module@$staging"
 done
 go mod edit -require "k8s.io/kubernetes@$version"

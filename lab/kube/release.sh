@@ -5,9 +5,9 @@
 KUBE_VERSION="${KUBE_VERSION:-v1.37.2}"
 kube_module="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/releases/$KUBE_VERSION"
 if [[ ! -f "$kube_module/go.mod" ]]; then
+  pinned=("$(dirname "$kube_module")"/v*)
   echo "KUBE_VERSION=$KUBE_VERSION: no pinned module at $kube_module; pinned here:" \
-    "$(cd "$kube_module/.." && ls -d v* | tr '\n' ' ')(pin another served release with" \
-    "lab/kube/pin.sh $KUBE_VERSION)" >&2
+    "${pinned[*]##*/} (pin another served release with lab/kube/pin.sh $KUBE_VERSION)" >&2
   exit 2
 fi
 export KUBE_VERSION

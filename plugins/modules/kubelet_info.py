@@ -15,14 +15,14 @@ short_description: Read a node's kubelet and the cgroup hierarchy it runs on
 version_added: 0.2.0
 description:
   - Reads, without changing anything, what decides whether the node's kubelet can run on
-    its host: the kubelet's version (C(kubelet --version)), the settings of its
+    its host. That is the kubelet's version (C(kubelet --version)), the settings of its
     configuration file that concern the host (C(failCgroupV1), C(cgroupDriver)), and the
     host's cgroup hierarchy (v2 where C(/sys/fs/cgroup) is a C(cgroup2) mount, else v1).
   - The kubelet and its configuration file are the running kubelet's (its C(/proc) entry
     and C(--config) flag) when one runs, else O(kubelet_path) and the first file of
     O(config_paths) that exists.
   - From Kubernetes 1.35 a kubelet refuses to start on a cgroup v1 host unless its
-    configuration says C(failCgroupV1: false) (KEP-5573); the C(gpu_doctor) role and
+    configuration sets C(failCgroupV1) to false (KEP-5573). The C(gpu_doctor) role and
     C(playbooks/site.yml)'s preflight turn these facts into a finding with its fix.
 author:
   - gpuops.k8s maintainers (@gpuops)
@@ -85,8 +85,8 @@ config_path:
   sample: /var/lib/kubelet/config.yaml
 config:
   description:
-    - The configuration's top-level C(failCgroupV1) and C(cgroupDriver), where it sets them
-      (a key it does not set is absent: the kubelet takes its default).
+    - The configuration's top-level C(failCgroupV1) and C(cgroupDriver), where it sets them.
+      A key it does not set is absent, and the kubelet takes its default.
   returned: always
   type: dict
   sample: {failCgroupV1: false, cgroupDriver: systemd}
