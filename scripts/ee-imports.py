@@ -28,10 +28,18 @@ PACKAGE = "ansible_collections.gpuops.k8s.plugins"
 CONTROLLER_MODULES = {"gpu_node"}
 NODE_MODULES = {"gpu_info", "nvidia_runtime", "nvidia_cdi_spec"}
 # _doctor: the doctor_findings filter's diagnosis, run by the controller.
-CONTROLLER_UTILS_PREFIXES = ("_node_labels", "_doctor")
-NODE_UTILS_PREFIXES = ("_gpu_facts", "_gfd_labels", "_plugin_", "_cdi_spec", "_nvml_", "_runtime")
-# Flags the controller-side modules set when a library failed to import.
-IMPORT_FLAGS = {"gpu_node": ("K8S_CORE_ERROR", "KUBERNETES_ERROR")}
+CONTROLLER_UTILS_PREFIXES = ("_node_labels", "_node_api", "_doctor")
+NODE_UTILS_PREFIXES = (
+    "_gpu_facts",
+    "_gpu_info",
+    "_gfd_labels",
+    "_plugin_",
+    "_cdi_spec",
+    "_nvml_",
+    "_runtime",
+)
+# Flags the controller-side plugins set when a library failed to import.
+IMPORT_FLAGS = {"_node_api": ("K8S_CORE_ERROR", "KUBERNETES_ERROR")}
 
 
 def side(kind, name):

@@ -94,6 +94,38 @@ def normalize_taints(taints, field="taints"):
     return result
 
 
+def requests_from(params):
+    """[(name, labels, taints)] from gpu_node's params, checked before anything is read or written."""
+    if params["nodes"] is None:
+        items = [{"name": params["name"], "labels": params["labels"], "taints": params["taints"]}]
+        prefix = ""
+    else:
+        items = params["nodes"]
+        prefix = "nodes"
+    requests = []
+    for index, item in enumerate(items):
+        where = "%s[%d]." % (prefix, index) if prefix else ""
+        if not isinstance(item, dict) or not item.get("name"):
+            raise NodeSpecError("%sname: every item needs the Node's name (got %r)" % (where, item))
+        unknown = sorted(set(item) - {"name", "labels", "taints"})
+        if unknown:
+            raise NodeSpecError(
+                "%s%s: unknown field(s); valid: name, labels, taints" % (where, ", ".join(unknown))
+            )
+        requests.append(
+            (
+                item["name"],
+                normalize_labels(item.get("labels"), where + "labels"),
+                normalize_taints(item.get("taints"), where + "taints"),
+            )
+        )
+    names = [r[0] for r in requests]
+    duplicates = sorted(set(n for n in names if names.count(n) > 1))
+    if duplicates:
+        raise NodeSpecError("nodes: %s listed more than once" % ", ".join(duplicates))
+    return requests
+
+
 def read_owned(annotations):
     """(label keys, set of (taint key, effect)) from the ownership annotation; empty if unreadable."""
     raw = (annotations or {}).get(OWNER_ANNOTATION)

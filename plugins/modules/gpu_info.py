@@ -327,156 +327,41 @@ device_plugin:
       sample: time-slicing
 """
 
-import sys
-
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.gpuops.k8s.plugins.module_utils import _gfd_labels as gfd
-from ansible_collections.gpuops.k8s.plugins.module_utils import _nvml_discovery as nvml
 from ansible_collections.gpuops.k8s.plugins.module_utils import _plugin_config as plugin_config
-from ansible_collections.gpuops.k8s.plugins.module_utils import _plugin_resources as plugin_resources
+from ansible_collections.gpuops.k8s.plugins.module_utils._gpu_info import GpuInfoError, MissingBindings, run
 
-
-class BindingsNotInstalled(nvml.DiscoveryError):
-    """No nvidia-ml-py on the node: NVML is there or not, but nothing can ask it."""
-
-    reason = "bindings_not_installed"
-
-
-def discover(params):
-    """NVML's view of the node; a node without nvidia-ml-py raises BindingsNotInstalled."""
-    if not nvml.HAS_PYNVML:
-        raise BindingsNotInstalled(
-            "nvidia-ml-py (the Python module pynvml) is not installed for %s (Debian contrib and "
-            "Ubuntu: python3-pynvml; role nvidia_driver installs it)" % sys.executable
-        )
-    return nvml.discover(sysfs_root=params["sysfs_root"])
-
-
-def device_plugin(params):
-    """(source, mode, Config): what the node's plugin serves, from the option or the record.
-
-    Raises plugin_config.ConfigError with the origin in front of the message.
-    """
-    record, source = params["device_plugin"], "option"
-    try:
-        if record is None:
-            record, source = plugin_config.read_record(params["device_plugin_record"]), "record"
-        if record is None:
-            return "none", None, plugin_config.Config()
-        config = plugin_config.served(record)  # checks that record is a mapping
-        return source, record.get("mode") or "gpuops", config
-    except plugin_config.ConfigError as error:
-        origin = "option device_plugin" if source == "option" else params["device_plugin_record"]
-        raise plugin_config.ConfigError(
-            "the device plugin's configuration (%s): %s" % (origin, error)
-        ) from None
-
-
-def run(module):
-    """Discover, then shape the result; typed discovery errors become a clear result."""
-    params = module.params
-    try:
-        source, mode, plugin = device_plugin(params)
-    except plugin_config.ConfigError as error:
-        module.fail_json(msg=str(error))
-    result = {
-        "changed": False,
-        "gpus": [],
-        "gpu_count": 0,
-        "lost_gpus": [],
-        "links": [],
-        "nvswitch": False,
-        "labels": {},
-        "device_plugin": {
-            "source": source,
-            "mode": mode,
-            "mig_strategy": plugin.mig_strategy,
-            "sharing_strategy": plugin.sharing()[0],
-        },
-    }
-    try:
-        found = discover(params)
-    except nvml.DiscoveryError as error:
-        unusable = error
-    else:
-        unusable = None
-    # Failed outside the except block: the reason is the message, not a traceback.
-    if unusable is not None:
-        result["nvml"] = {
-            "available": False,
-            "reason": unusable.reason,
-            "error": str(unusable),
-            "driver_version": None,
-            "cuda_driver_version": None,
-            "nvml_version": None,
-        }
-        if params["require_nvml"]:
-            module.fail_json(msg=str(unusable), **result)
-        return result
-
-    result["nvml"] = dict(found["system"], available=True, reason=None, error=None)
-    gpus, lost = found["gpus"], found["lost_gpus"]
-    for gone in lost:
-        message = "GPU %d did not answer NVML: %s" % (gone["index"], gone["error"])
-        if params["fail_on_lost_gpu"]:
-            module.fail_json(msg=message, **dict(result, gpus=gpus, lost_gpus=lost))
-        module.warn(message + "; it is left out of gpu_count and the labels")
-    if len(set(g["name"] for g in gpus)) > 1:
-        module.warn(
-            "GPUs of different models (%s): labels describe the model of GPU %d (GPU feature "
-            "discovery describes one model too)"
-            % (", ".join(sorted(set(g["name"] for g in gpus))), gpus[0]["index"])
-        )
-    machine = nvml.read_machine_type(params["sysfs_root"])
-    labels, refused = None, None
-    try:
-        labels = gfd.render(found["system"], gpus, machine=machine, plugin=plugin)
-    except gfd.LabelError as error:
-        refused = str(error)
-    # Failed outside the except block, as above.
-    if refused is not None:
-        module.fail_json(msg=refused, **dict(result, gpus=gpus, gpu_count=len(gpus), lost_gpus=lost))
-    if mode == "gpuops" and gpus:
-        try:
-            plugin_resources.offered(gpus, plugin)
-        except plugin_resources.ResourceError as error:
-            # The labels still follow GFD (MIG-INVALID, or a shared resource ignored).
-            module.warn(
-                "the gpuops device plugin refuses to serve these GPUs with its configuration: %s" % error
-            )
-    result.update(
-        gpus=gpus,
-        gpu_count=len(gpus),
-        lost_gpus=lost,
-        links=found["links"],
-        nvswitch=found["nvswitch"],
-        labels=labels,
-    )
-    return result
+ARGUMENT_SPEC = dict(
+    require_nvml=dict(type="bool", default=True),
+    fail_on_lost_gpu=dict(type="bool", default=False),
+    sysfs_root=dict(type="path", default="/sys"),
+    device_plugin=dict(
+        type="dict",
+        options=dict(
+            mode=dict(type="str", default="gpuops", choices=list(plugin_config.PLUGIN_MODES)),
+            config=dict(type="dict", default={}),
+            environment=dict(type="dict", default={}),
+        ),
+    ),
+    device_plugin_record=dict(type="path", default=plugin_config.RECORD_PATH),
+)
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            require_nvml=dict(type="bool", default=True),
-            fail_on_lost_gpu=dict(type="bool", default=False),
-            sysfs_root=dict(type="path", default="/sys"),
-            device_plugin=dict(
-                type="dict",
-                options=dict(
-                    mode=dict(type="str", default="gpuops", choices=list(plugin_config.PLUGIN_MODES)),
-                    config=dict(type="dict", default={}),
-                    environment=dict(type="dict", default={}),
-                ),
-            ),
-            device_plugin_record=dict(type="path", default=plugin_config.RECORD_PATH),
-        ),
-        supports_check_mode=True,
-    )
-    if not nvml.HAS_PYNVML and module.params["require_nvml"]:
-        module.fail_json(msg=missing_required_lib("nvidia-ml-py"), exception=nvml.PYNVML_IMPORT_ERROR)
-    module.exit_json(**run(module))
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    failure = None
+    try:
+        result = run(module)
+    except MissingBindings as error:
+        module.fail_json(msg=missing_required_lib("nvidia-ml-py"), exception=error.traceback)
+    except GpuInfoError as error:
+        failure = error
+    # Failed outside the except block, where ansible-core 2.17 and 2.18 would add a
+    # traceback at -vvv: the message is the reason.
+    if failure is not None:
+        module.fail_json(msg=str(failure), **failure.result)
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

@@ -185,243 +185,45 @@ api_calls:
   sample: 2
 """
 
-import json
-import traceback
-
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.gpuops.k8s.plugins.module_utils import _node_labels as plan_lib
+from ansible_collections.gpuops.k8s.plugins.module_utils import _node_api as node_api
+from ansible_collections.gpuops.k8s.plugins.module_utils._node_labels import TAINT_EFFECTS, NodeSpecError
 
-try:
-    from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
-    from ansible_collections.kubernetes.core.plugins.module_utils.k8s.client import get_api_client
-except ImportError:  # kubernetes.core is a declared dependency; say so clearly if absent
-    AUTH_ARG_SPEC = {}
-    get_api_client = None
-    K8S_CORE_ERROR = traceback.format_exc()
-else:
-    K8S_CORE_ERROR = None
-
-try:
-    from kubernetes.client import CoreV1Api
-    from kubernetes.client.exceptions import ApiException
-except ImportError:
-    CoreV1Api = None
-    ApiException = Exception
-    KUBERNETES_ERROR = traceback.format_exc()
-else:
-    KUBERNETES_ERROR = None
-
-CONFLICT_RETRIES = 5
-# From this many Nodes on, list them all (paged) rather than GET each one.
-PREFETCH_FROM = 20
-LIST_PAGE = 500
-
-
-class NodeMissing(Exception):
-    """A requested Node does not exist (and missing_node is fail)."""
-
-
-class NodeLabeler:
-    def __init__(self, api, check_mode):
-        self.api = api
-        self.check_mode = check_mode
-        self.calls = 0
-        self.prefetched = {}
-
-    def read(self, name):
-        cached = self.prefetched.pop(name, None)
-        if cached is not None:
-            return cached
-        self.calls += 1
-        # The raw JSON: cheaper than the client's models, and in the API's own field names.
-        return json.loads(self.api.read_node(name, _preload_content=False).data)
-
-    def prefetch(self):
-        """One paged LIST instead of a GET per Node, for fleets (a conflict still re-reads one)."""
-        token = None
-        while True:
-            self.calls += 1
-            kwargs = {"limit": LIST_PAGE, "_preload_content": False}
-            if token:
-                kwargs["_continue"] = token
-            page = json.loads(self.api.list_node(**kwargs).data)
-            for item in page.get("items", []):
-                item.setdefault("apiVersion", "v1")
-                self.prefetched[item["metadata"]["name"]] = item
-            token = page.get("metadata", {}).get("continue")
-            if not token:
-                return
-
-    def apply(self, name, labels, taints, state, missing_node):
-        for _attempt in range(CONFLICT_RETRIES):
-            try:
-                node = self.read(name)
-            except ApiException as exc:
-                if getattr(exc, "status", None) == 404 and missing_node == "skip":
-                    return {"name": name, "changed": False, "skipped": True}
-                if getattr(exc, "status", None) == 404:
-                    raise NodeMissing(name) from exc
-                raise
-            result = plan_lib.plan(node, labels, taints, state)
-            if not result["patch"] or self.check_mode:
-                return self._report(name, result)
-            patch = result["patch"]
-            patch.setdefault("metadata", {})["resourceVersion"] = node["metadata"]["resourceVersion"]
-            try:
-                self.calls += 1
-                # A JSON merge patch: `null` removes a label, and the taints list is
-                # replaced whole (a strategic merge would merge it by key and keep ours).
-                self.api.patch_node(
-                    name, patch, _content_type="application/merge-patch+json", _preload_content=False
-                )
-                return self._report(name, result)
-            except ApiException as exc:
-                if getattr(exc, "status", None) != 409:
-                    raise
-        raise RuntimeError(
-            "Node %s kept changing under us: %d patches in a row met a newer resourceVersion"
-            % (name, CONFLICT_RETRIES)
-        )
-
-    @staticmethod
-    def _report(name, result):
-        report = {"name": name, "changed": result["changed"], "skipped": False}
-        for key in (
-            "labels_added",
-            "labels_updated",
-            "labels_removed",
-            "taints_added",
-            "taints_removed",
-            "adopted",
-        ):
-            report[key] = result[key]
-        report["labels"] = result["after"]["labels"]
-        report["taints"] = result["after"]["taints"]
-        report["_before"] = result["before"]
-        return report
-
-
-def requests_from(params):
-    """[(name, labels, taints)] with every field checked before anything is read or written."""
-    if params["nodes"] is None:
-        items = [{"name": params["name"], "labels": params["labels"], "taints": params["taints"]}]
-        prefix = ""
-    else:
-        items = params["nodes"]
-        prefix = "nodes"
-    requests = []
-    for index, item in enumerate(items):
-        where = "%s[%d]." % (prefix, index) if prefix else ""
-        if not isinstance(item, dict) or not item.get("name"):
-            raise plan_lib.NodeSpecError("%sname: every item needs the Node's name (got %r)" % (where, item))
-        unknown = sorted(set(item) - {"name", "labels", "taints"})
-        if unknown:
-            raise plan_lib.NodeSpecError(
-                "%s%s: unknown field(s); valid: name, labels, taints" % (where, ", ".join(unknown))
-            )
-        requests.append(
-            (
-                item["name"],
-                plan_lib.normalize_labels(item.get("labels"), where + "labels"),
-                plan_lib.normalize_taints(item.get("taints"), where + "taints"),
-            )
-        )
-    names = [r[0] for r in requests]
-    duplicates = sorted(set(n for n in names if names.count(n) > 1))
-    if duplicates:
-        raise plan_lib.NodeSpecError("nodes: %s listed more than once" % ", ".join(duplicates))
-    return requests
-
-
-def apply_all(module, labeler, requests):
-    """Apply each request in order; fail the module (with what was done so far) on an error."""
-    reports = []
-    diff = {"before": {}, "after": {}}
-    for name, labels, taints in requests:
-        try:
-            report = labeler.apply(
-                name, labels, taints, module.params["state"], module.params["missing_node"]
-            )
-        except NodeMissing:
-            module.fail_json(
-                msg="Node %s does not exist in the cluster (set missing_node=skip to pass over it)" % name,
-                nodes=reports,
-                api_calls=labeler.calls,
-            )
-        except RuntimeError as exc:
-            module.fail_json(msg=str(exc), nodes=reports, api_calls=labeler.calls)
-        except ApiException as exc:
-            module.fail_json(
-                msg="Node %s: the API answered %s %s" % (name, exc.status, exc.reason),
-                body=exc.body,
-                nodes=reports,
-                api_calls=labeler.calls,
-            )
-        before = report.pop("_before", None)
-        if report["changed"]:
-            diff["before"][name] = before
-            diff["after"][name] = {"labels": report["labels"], "taints": report["taints"]}
-        for adopted in report.get("adopted", []):
-            module.warn("Node %s: took over %s, which gpu_node had not set" % (name, adopted))
-        reports.append(report)
-
-    return reports, diff
+ARGUMENT_SPEC = dict(
+    name=dict(type="str"),
+    labels=dict(type="dict", default={}),
+    taints=dict(
+        type="list",
+        elements="dict",
+        default=[],
+        options=dict(
+            key=dict(type="str", required=True, no_log=False),
+            value=dict(type="str", default=""),
+            effect=dict(type="str", required=True, choices=list(TAINT_EFFECTS)),
+        ),
+    ),
+    nodes=dict(type="list", elements="dict"),
+    state=dict(type="str", default="present", choices=["present", "absent"]),
+    missing_node=dict(type="str", default="fail", choices=["fail", "skip"]),
+)
 
 
 def main():
-    argument_spec = dict(
-        name=dict(type="str"),
-        labels=dict(type="dict", default={}),
-        taints=dict(
-            type="list",
-            elements="dict",
-            default=[],
-            options=dict(
-                key=dict(type="str", required=True, no_log=False),
-                value=dict(type="str", default=""),
-                effect=dict(type="str", required=True, choices=list(plan_lib.TAINT_EFFECTS)),
-            ),
-        ),
-        nodes=dict(type="list", elements="dict"),
-        state=dict(type="str", default="present", choices=["present", "absent"]),
-        missing_node=dict(type="str", default="fail", choices=["fail", "skip"]),
-    )
-    argument_spec.update(AUTH_ARG_SPEC)
     module = AnsibleModule(
-        argument_spec=argument_spec,
+        argument_spec=dict(ARGUMENT_SPEC, **node_api.AUTH_ARG_SPEC),
         mutually_exclusive=[("name", "nodes")],
         required_one_of=[("name", "nodes")],
         supports_check_mode=True,
     )
-    if K8S_CORE_ERROR:
-        module.fail_json(msg=missing_required_lib("the kubernetes.core collection"), exception=K8S_CORE_ERROR)
-    if KUBERNETES_ERROR:
-        module.fail_json(msg=missing_required_lib("kubernetes"), exception=KUBERNETES_ERROR)
     try:
-        requests = requests_from(module.params)
-    except plan_lib.NodeSpecError as exc:
-        module.fail_json(msg=str(exc))
-
-    auth = dict((key, module.params[key]) for key in AUTH_ARG_SPEC)
-    try:
-        api = CoreV1Api(get_api_client(**auth).client.client)
-    except Exception as exc:  # kubeconfig or in-cluster configuration errors
-        module.fail_json(msg="Cannot reach the Kubernetes API: %s" % exc)
-    labeler = NodeLabeler(api, module.check_mode)
-    if len(requests) >= PREFETCH_FROM:
-        try:
-            labeler.prefetch()
-        except ApiException as exc:
-            module.fail_json(
-                msg="Listing Nodes: the API answered %s %s" % (exc.status, exc.reason), body=exc.body
-            )
-
-    reports, diff = apply_all(module, labeler, requests)
-    changed = any(r["changed"] for r in reports)
-    result = dict(changed=changed, nodes=reports, api_calls=labeler.calls)
-    if module._diff and changed:
-        result["diff"] = diff
+        result = node_api.run(module)
+    except node_api.MissingLibrary as error:
+        module.fail_json(msg=missing_required_lib(error.library), exception=error.traceback)
+    except NodeSpecError as error:
+        module.fail_json(msg=str(error))
+    except node_api.NodeApiError as error:
+        module.fail_json(msg=str(error), **error.result)
     module.exit_json(**result)
 
 
