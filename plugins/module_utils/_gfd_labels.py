@@ -18,8 +18,18 @@ Where we differ from GFD, on purpose:
   devices); GFD's config cannot. gpu.replicas is then the largest count among the GPUs
   the labels describe (the most a GPU of the resource is shared); with one count for all
   of them, the common case, it is exactly GFD's value.
+- MIG profile names are the gpuops plugin's, <GPU instance slices>g.<GiB>gb. NVIDIA's
+  name a compute instance smaller than its GPU instance (<c>c.<g>g.<GiB>gb), carry the
+  profile's attributes (.me, .me.all, .gfx, -me) and round the GiB from the GPU's memory
+  fraction. mig-<profile>.* and gpu.product name the resources the plugin serves.
 - A value GFD would write but Kubernetes refuses (over 63 characters, a trailing "." or
   "-") is cut and trimmed to a valid one (_gpu_facts.valid_label_value).
+- Where one NVML query fails GFD writes no labels at all (driver or CUDA version, compute
+  capability, MIG attributes, a vGPU record, a GPU's fabric); we leave out the labels
+  that query gives (a MIG device without attributes keeps its memory; a GPU whose fabric
+  could not be read leaves out nvidia.com/gpu.clique) and write the rest.
+- A node without usable GPUs gets no labels; GFD there still writes vgpu.present from
+  the PCI bus. Our vGPU labels read the GPUs NVML lists, GFD's every NVIDIA PCI function.
 - No nvidia.com/gfd.timestamp: it would change the Node on every run.
 """
 
@@ -75,6 +85,7 @@ def render(system, gpus, machine=None, plugin=None):
     }
     labels.update(version_labels(system))
     labels.update(vgpu_labels(gpus))
+    labels.update(clique_labels(gpus))
     labels.update(full_gpu_labels([g for g in gpus if g["name"] == first["name"]], plugin))
     if plugin.mig_strategy != "none":
         labels["nvidia.com/mig.strategy"] = plugin.mig_strategy
@@ -102,9 +113,11 @@ def mps_capable(gpus, plugin):
 
 
 def vgpu_labels(gpus):
-    """nvidia.com/vgpu.present, and the host's driver from the first vGPU's record.
+    """nvidia.com/vgpu.present, and the host's driver from the last vGPU's record.
 
-    No label at all when some GPU's PCI configuration could not be read, as GFD.
+    GFD writes the host driver of each vGPU in PCI address order over the one before (NVML
+    numbers GPUs in that order too), so the last one's stays. No label at all when some
+    GPU's PCI configuration could not be read, as GFD.
     """
     records = [g.get("vgpu") for g in gpus]
     if any(record is None for record in records):
@@ -116,9 +129,41 @@ def vgpu_labels(gpus):
             ("host-driver-version", "host_driver_version"),
             ("host-driver-branch", "host_driver_branch"),
         ):
-            if present[0][field] is not None:
-                labels["nvidia.com/vgpu." + key] = facts.valid_label_value(present[0][field])
+            if present[-1][field] is not None:
+                labels["nvidia.com/vgpu." + key] = facts.valid_label_value(present[-1][field])
     return labels
+
+
+NO_CLUSTER = "00000000-0000-0000-0000-000000000000"
+
+
+def fabric_attached(fabric):
+    """go-nvlib's IsFabricAttached: the GPU's fabric registration completed, succeeded, and
+    named a cluster."""
+    return (
+        fabric["state"] == "completed"
+        and fabric["status"] == 0
+        and fabric["cluster_uuid"] not in (None, NO_CLUSTER)
+    )
+
+
+def clique_labels(gpus):
+    """nvidia.com/gpu.clique=<cluster UUID>.<clique ID>: the NVLink domain the GPUs are in.
+
+    As GFD's IMEX labeler (internal/lm/imex.go): GPUs not attached to a fabric are left out;
+    the attached ones must name one cluster and one clique, else no label; no label when
+    none is attached. GFD fails the whole node where a GPU's fabric query fails (gpu_info's
+    `fabric` null); we leave only this label out.
+    """
+    fabrics = [g.get("fabric") for g in gpus]
+    if any(fabric is None for fabric in fabrics):
+        return {}
+    attached = [f for f in fabrics if fabric_attached(f)]
+    clusters = set(f["cluster_uuid"] for f in attached)
+    cliques = set(f["clique_id"] for f in attached)
+    if len(clusters) != 1 or len(cliques) != 1:
+        return {}
+    return {"nvidia.com/gpu.clique": "%s.%d" % (clusters.pop(), cliques.pop())}
 
 
 def version_labels(system):
@@ -190,7 +235,8 @@ def resource_labels(resource, count, product_parts, devices, plugin):
 
 
 def _whole_gpu_labels(gpus, count, plugin):
-    gpu = gpus[0]
+    # GFD keeps the last GPU of the model in its map (memory differs with ECC, for one).
+    gpu = gpus[-1]
     labels = resource_labels(
         FULL_GPU, count, [gpu["name"]], [plugin_resources.whole_gpu(g) for g in gpus], plugin
     )

@@ -3,7 +3,8 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Pure logic over discovered GPU facts: families, link classes, label values, vGPU records.
+"""Pure logic over discovered GPU facts: families, link classes, label values, vGPU and
+NVLink fabric records.
 
 Private to the gpuops.k8s collection; no I/O, no NVML, so it is unit-tested on plain data
 and shared by the gpu_info module, the node labels (_gfd_labels) and the device plugin.
@@ -14,6 +15,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import re
+import uuid
 
 # NVML topology levels (nvmlGpuTopologyLevel_t) -> our name and the points NVIDIA's
 # go-gpuallocator gives a GPU pair for that PCIe relation (higher is closer).
@@ -222,3 +224,26 @@ def vgpu_from_pci_config(config):
         version = capability[pos + 2 : pos + 2 + _VGPU_FIELD].strip(b"\0").decode("ascii", "replace")
         branch = capability[pos + 2 + _VGPU_FIELD : end].strip(b"\0").decode("ascii", "replace")
     return {"present": True, "host_driver_version": version, "host_driver_branch": branch}
+
+
+# nvmlGpuFabricState_t: where a GPU is in registering with the NVLink fabric (the fabric
+# manager's multi-node NVLink domains: GB200 NVL72 and the like; NVSwitch boards report it too).
+FABRIC_STATES = {0: "not_supported", 1: "not_started", 2: "in_progress", 3: "completed"}
+FABRIC_NOT_SUPPORTED = 0
+
+
+def gpu_fabric(state, status=None, cluster_uuid=None, clique_id=None):
+    """A GPU's NVLink fabric registration from nvmlGpuFabricInfo_t's fields, as gpu_info reports it.
+
+    state: nvmlGpuFabricState_t; status: the registration's nvmlReturn_t (0: it succeeded);
+    cluster_uuid: the cluster's 16 bytes, written as Go's uuid.String() writes them (what GFD
+    puts in nvidia.com/gpu.clique); clique_id: the clique within the cluster.
+    """
+    if cluster_uuid is not None:
+        cluster_uuid = str(uuid.UUID(bytes=bytes(bytearray(cluster_uuid))))
+    return {
+        "state": FABRIC_STATES.get(state, "unknown"),
+        "status": status,
+        "cluster_uuid": cluster_uuid,
+        "clique_id": clique_id,
+    }

@@ -15,6 +15,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import contextlib
+import ctypes
 import os
 import traceback
 
@@ -216,6 +217,39 @@ def _nvlink_remotes(handle):
     return remotes
 
 
+# go-nvlib's IsFabricAttached: nvmlDeviceGetGpuFabricInfo where the driver's library has
+# it, else nvmlDeviceGetGpuFabricInfoV with the v2 struct (same fields, and a version).
+_FABRIC_CALLS = (
+    ("nvmlDeviceGetGpuFabricInfo", "c_nvmlGpuFabricInfo_t"),
+    ("nvmlDeviceGetGpuFabricInfoV", "c_nvmlGpuFabricInfo_v2_t"),
+)
+
+
+def _fabric(handle):
+    """The GPU's NVLink fabric registration (_gpu_facts.gpu_fabric), as GFD's IMEX labeler reads it.
+
+    A driver or GPU without fabric support reads as state not_supported. None when NVML
+    cannot say: neither call is in the bindings or the driver, or the query failed.
+    """
+    for call, struct in _FABRIC_CALLS:
+        if not hasattr(pynvml, call) or not hasattr(pynvml, struct):
+            continue  # bindings older than the call
+        info = getattr(pynvml, struct)()
+        try:
+            getattr(pynvml, call)(handle, ctypes.byref(info))
+        except pynvml.NVMLError as error:
+            code = _code(error)
+            if code in _LOST_CODES:
+                raise
+            if code == pynvml.NVML_ERROR_FUNCTION_NOT_FOUND:
+                continue  # a driver older than the call
+            if code == pynvml.NVML_ERROR_NOT_SUPPORTED:
+                return facts.gpu_fabric(facts.FABRIC_NOT_SUPPORTED)
+            return None
+        return facts.gpu_fabric(info.state, info.status, info.clusterUuid, info.cliqueId)
+    return None
+
+
 def _gpu(index, handle, sysfs_root):
     pci_bus_id = _text(pynvml.nvmlDeviceGetPciInfo(handle).busId)
     sysfs_id = facts.sysfs_bus_id(pci_bus_id)
@@ -241,6 +275,7 @@ def _gpu(index, handle, sysfs_root):
         "family": facts.arch_family(*capability) if capability[0] else None,
         "persistence_mode": None if persistence is None else persistence == 1,
         "mig": _mig_info(handle),
+        "fabric": _fabric(handle),
         "vgpu": facts.vgpu_from_pci_config(
             _read_sysfs_bytes(sysfs_root, "bus", "pci", "devices", sysfs_id, "config")
         ),

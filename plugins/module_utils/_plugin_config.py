@@ -470,7 +470,26 @@ def served(record: dict[str, Any], where: str = "device_plugin") -> Config:
     config = validated(values)
     if mode == "gpuops":
         refuse_unserved(config)
-    return config
+        return config
+    return as_nvidia_reads(config)
+
+
+def as_nvidia_reads(config: Config) -> Config:
+    """config as NVIDIA's plugin and GFD v0.20.0 serve it: without per-resource choices.
+
+    Their DisableResourceNamingInConfig (api/config/v1/config.go) drops each shared
+    resource's `rename` (renameByDefault still renames to <name>.shared) and `devices`
+    (every GPU is replicated); their reader has no `perDevice` and passes over it.
+    """
+
+    def plain(resources):
+        return tuple(dataclasses.replace(r, rename=None, devices=None, per_device=()) for r in resources)
+
+    return dataclasses.replace(
+        config,
+        shared=plain(config.shared),
+        mps_shared=None if config.mps_shared is None else plain(config.mps_shared),
+    )
 
 
 # Where the device_plugin role records, on each node, what the node's plugin serves.

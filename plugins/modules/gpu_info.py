@@ -249,6 +249,21 @@ gpus:
       description: Active NVLinks, and how many end at an NVSwitch or at another GPU.
       type: dict
       sample: {active: 18, to_switch: 18, to_gpu: 0}
+    fabric:
+      description:
+        - The GPU's NVLink fabric registration (multi-node NVLink such as GB200 NVL72, and
+          NVSwitch boards), as NVML's C(nvmlDeviceGetGpuFabricInfo) reports it. C(state) is
+          V(not_supported), V(not_started), V(in_progress) or V(completed); C(status) is the
+          registration's NVML return code (0 when it succeeded); C(cluster_uuid) and
+          C(clique_id) name the NVLink domain (C(nvidia.com/gpu.clique) in the labels).
+        - Null when NVML could not say (the bindings or the driver lack the call, or the
+          query failed).
+      type: dict
+      sample:
+        state: completed
+        status: 0
+        cluster_uuid: 6f1c2a4e-58b0-4c3d-9e21-0a7b5c9d3e12
+        clique_id: 32766
     vgpu:
       description:
         - Whether the GPU is an NVIDIA vGPU (read from its PCI configuration space, as GPU
@@ -283,7 +298,9 @@ labels:
     - GPU feature discovery's set (without its timestamp); a node with GPUs of several models
       is described by the first GPU's model; MIG strategy single describes the MIG devices
       (C(nvidia.com/gpu.product) C(<model>-MIG-<profile>)), mixed adds
-      C(nvidia.com/mig-<profile>.*) per profile.
+      C(nvidia.com/mig-<profile>.*) per profile; C(nvidia.com/gpu.clique)
+      (C(<cluster UUID>.<clique ID>)) when the GPUs registered with the NVLink fabric name
+      one clique.
   returned: always
   type: dict
   sample:

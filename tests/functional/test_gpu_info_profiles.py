@@ -229,6 +229,29 @@ def test_t4_has_no_links(mocknvml, sysfs):
     assert result["gpus"][0]["nvlinks"] == {"active": 0, "to_switch": 0, "to_gpu": 0}
 
 
+def test_the_h100_nodes_nvlink_clique(mocknvml, sysfs):
+    # The profile registers every GPU with the fabric manager (device_defaults.fabric); GFD's
+    # IMEX labeler writes nvidia.com/gpu.clique=<cluster UUID>.<clique ID> from the same call.
+    fabric = profile(H100)["device_defaults"]["fabric"]
+    result = gpu_info(mocknvml, sysfs, H100)
+    for gpu in result["gpus"]:
+        assert gpu["fabric"] == {
+            "state": "completed",
+            "status": 0,
+            "cluster_uuid": fabric["cluster_uuid"],
+            "clique_id": fabric["clique_id"],
+        }, gpu["index"]
+    clique = "%s.%d" % (fabric["cluster_uuid"], fabric["clique_id"])
+    assert result["labels"]["nvidia.com/gpu.clique"] == clique
+
+
+def test_a_board_without_the_fabric_api_has_no_clique(mocknvml, sysfs):
+    # No fabric block in the profile: the mock answers NOT_SUPPORTED, as a T4 does.
+    result = gpu_info(mocknvml, sysfs, T4)
+    assert result["gpus"][0]["fabric"]["state"] == "not_supported"
+    assert "nvidia.com/gpu.clique" not in result["labels"]
+
+
 def test_t4_is_not_mig_capable(mig_standin, sysfs):
     """A board whose NVML answers the MIG-mode query with NOT_SUPPORTED (a real T4) is not
     MIG-capable. On the stand-in: NVIDIA's mock answers that query on every board."""

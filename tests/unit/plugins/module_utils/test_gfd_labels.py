@@ -659,6 +659,29 @@ def test_vgpu_labels():
     assert not any(k.startswith("nvidia.com/vgpu.") for k in unknown)
 
 
+def test_the_host_driver_is_the_last_vgpus_as_gfd_overwrites_it():
+    # vgpu.go Labels: each vGPU's host driver is written over the one before.
+    def guest(index, version):
+        record = {"present": True, "host_driver_version": version, "host_driver_branch": "r" + version}
+        return dict(mock_full_gpu(index), vgpu=record)
+
+    labels = labels_for([guest(0, "460.16"), mock_full_gpu(1), guest(2, "460.32")])
+    assert labels["nvidia.com/vgpu.host-driver-version"] == "460.32"
+    assert labels["nvidia.com/vgpu.host-driver-branch"] == "r460.32"
+
+
+def test_a_model_is_described_by_its_last_gpu_as_gfds_map_keeps_it():
+    # resource.go newGPULabelers: fullGPUs[name] = device, for each GPU of the model in
+    # turn; the memory of GPUs of one model differs with ECC on or off.
+    gpus = [gpu(0, "NVIDIA A10", 24258, (8, 6)), gpu(1, "NVIDIA A10", 22731, (8, 6))]
+    assert labels_for(gpus)["nvidia.com/gpu.memory"] == "22731"
+    mig_enabled = [
+        dict(mock_mig_enabled(0), memory_total_mib=300),
+        dict(mock_mig_enabled(1), memory_total_mib=280),
+    ]
+    assert labels_for(mig_enabled)["nvidia.com/gpu.memory"] == "280"
+
+
 def test_two_part_driver_and_no_cuda_version():
     labels = gfd.render({"driver_version": "535.86", "cuda_driver_version": None}, [mock_full_gpu(0)])
     assert labels["nvidia.com/cuda.driver-version.revision"] == ""
@@ -819,3 +842,99 @@ def test_turning_mig_and_sharing_off_removes_their_labels():
     assert "nvidia.com/mig-1g.5gb.replicas" in gone
     assert result["labels_removed"] == gone
     assert all(result["patch"]["metadata"]["labels"][k] is None for k in gone)
+
+
+# --- nvidia.com/gpu.clique: GFD's IMEX labeler --------------------------------------------
+# GFD's internal/lm/imex_test.go holds no test at v0.20.0; these cases follow imex.go
+# (newImexLabeler, getFabricIDs) and the check it calls, go-nvlib's IsFabricAttached
+# (vendor/github.com/NVIDIA/go-nvlib/pkg/nvlib/device/device.go), branch by branch.
+
+CLUSTER = "6f1c2a4e-58b0-4c3d-9e21-0a7b5c9d3e12"
+OTHER_CLUSTER = "0b9e8d7c-6a5f-4e3d-8c2b-1a0f9e8d7c6b"
+CLIQUE = "nvidia.com/gpu.clique"
+
+
+def registered(cluster=CLUSTER, clique=32766, state="completed", status=0):
+    return {"state": state, "status": status, "cluster_uuid": cluster, "clique_id": clique}
+
+
+NOT_SUPPORTED = {"state": "not_supported", "status": None, "cluster_uuid": None, "clique_id": None}
+
+
+def fabric_node(*fabrics):
+    return [dict(mock_full_gpu(n), fabric=f) for n, f in enumerate(fabrics)]
+
+
+@pytest.mark.parametrize(
+    "case, fabrics, clique",
+    [
+        # getFabricIDs: one cluster UUID and one clique ID -> "<cluster>.<clique>".
+        ("every GPU in one clique", [registered()] * 4, CLUSTER + ".32766"),
+        # cliqueID is fmt.Sprintf("%d"): clique 0 is a clique, not "no clique".
+        ("clique 0", [registered(clique=0)] * 2, CLUSTER + ".0"),
+        # IsFabricAttached false -> the GPU is skipped (continue), not a veto.
+        ("GPUs not attached are left out", [registered(), NOT_SUPPORTED, registered()], CLUSTER + ".32766"),
+        (
+            "registration still in progress",
+            [registered(state="in_progress"), registered()],
+            CLUSTER + ".32766",
+        ),
+        ("registration not started", [registered(), registered(state="not_started")], CLUSTER + ".32766"),
+        # info.Status != SUCCESS: the registration failed (here NVML_ERROR_UNKNOWN).
+        ("failed registration", [registered(status=999), registered(clique=7)], CLUSTER + ".7"),
+        # info.ClusterUuid == [16]uint8{}: completed but in no cluster.
+        (
+            "the zero cluster UUID",
+            [registered(cluster=gfd.NO_CLUSTER, clique=1), registered()],
+            CLUSTER + ".32766",
+        ),
+        # No attached GPU: both maps empty -> "", "" -> empty labeler.
+        ("no fabric", [NOT_SUPPORTED] * 2, None),
+        ("no GPU registered yet", [registered(state="in_progress")] * 2, None),
+        ("only the zero cluster UUID", [registered(cluster=gfd.NO_CLUSTER)], None),
+        # len(uniqueClusterUUIDs) > 1 or len(uniqueCliqueIDs) > 1 -> no label.
+        ("two cluster UUIDs", [registered(), registered(cluster=OTHER_CLUSTER)], None),
+        ("two cliques", [registered(clique=1), registered(clique=2)], None),
+        # Checked apart: two clusters with the same clique ID are still two.
+        ("two clusters, one clique ID", [registered(clique=5), registered(OTHER_CLUSTER, clique=5)], None),
+    ],
+)
+def test_gfd_imex_labeler(case, fabrics, clique):
+    labels = labels_for(fabric_node(*fabrics))
+    assert labels.get(CLIQUE) == clique
+    assert gfd.clique_labels(fabric_node(*fabrics)) == ({} if clique is None else {CLIQUE: clique})
+
+
+def test_a_gpu_whose_fabric_could_not_be_read_leaves_out_only_the_clique():
+    # getFabricIDs returns the error and GFD writes no labels at all; we keep the rest.
+    labels = labels_for(fabric_node(registered(), None))
+    assert CLIQUE not in labels
+    assert labels["nvidia.com/gpu.count"] == "2"
+    # Facts recorded before gpu_info read the fabric have no `fabric` key: no clique label.
+    assert CLIQUE not in labels_for([mock_full_gpu(0)])
+
+
+def test_the_clique_label_is_a_valid_label_value_whatever_the_clique():
+    value = labels_for(fabric_node(registered(clique=2**32 - 1)))[CLIQUE]
+    assert value == CLUSTER + ".4294967295"
+    assert node_labels.normalize_labels({CLIQUE: value}) == {CLIQUE: value}
+
+
+def test_the_clique_goes_with_any_mig_strategy():
+    gpus = [dict(mock_mig_enabled(0, mock_mig(1, 1, 1)), fabric=registered())]
+    for strategy in ("none", "single", "mixed"):
+        assert labels_for(gpus, pc.Config(mig_strategy=strategy))[CLIQUE] == CLUSTER + ".32766"
+
+
+def test_nvidias_plugin_labels_a_renamed_resource_shared_as_gfd_does():
+    # GFD drops `rename` before labelling (DisableResourceNamingInConfig): the product says
+    # SHARED; the gpuops plugin does rename, and its labels say so.
+    document = {
+        "sharing": {
+            "timeSlicing": {"resources": [{"name": "nvidia.com/gpu", "replicas": 2, "rename": "x.io/y"}]}
+        }
+    }
+    nvidia = pc.served({"mode": "nvidia", "config": document})
+    gpuops = pc.served({"mode": "gpuops", "config": document})
+    assert labels_for([mock_full_gpu(0)], nvidia)["nvidia.com/gpu.product"] == "MOCKMODEL-SHARED"
+    assert labels_for([mock_full_gpu(0)], gpuops)["nvidia.com/gpu.product"] == "MOCKMODEL"

@@ -226,3 +226,32 @@ def test_vgpu_without_driver_record_is_present_without_versions():
 def test_unreadable_configuration_space_is_unknown(config):
     # Without privileges sysfs gives the 64-byte header only; GFD then writes no vGPU label.
     assert facts.vgpu_from_pci_config(config) is None
+
+
+def test_gpu_fabric_writes_the_cluster_uuid_as_go_does():
+    # GFD's GetFabricIDs: uuid.FromBytes(info.ClusterUuid[:]).String(), lower-case 8-4-4-4-12.
+    raw = bytes.fromhex("6F1C2A4E58B04C3D9E210A7B5C9D3E12")
+    assert facts.gpu_fabric(3, 0, list(raw), 32766) == {
+        "state": "completed",
+        "status": 0,
+        "cluster_uuid": "6f1c2a4e-58b0-4c3d-9e21-0a7b5c9d3e12",
+        "clique_id": 32766,
+    }
+    assert facts.gpu_fabric(1, 0, bytes(16), 0)["cluster_uuid"] == "00000000-0000-0000-0000-000000000000"
+
+
+@pytest.mark.parametrize(
+    "state, name",
+    [(0, "not_supported"), (1, "not_started"), (2, "in_progress"), (3, "completed"), (9, "unknown")],
+)
+def test_gpu_fabric_states(state, name):
+    assert facts.gpu_fabric(state)["state"] == name
+
+
+def test_a_gpu_without_fabric_support():
+    assert facts.gpu_fabric(facts.FABRIC_NOT_SUPPORTED) == {
+        "state": "not_supported",
+        "status": None,
+        "cluster_uuid": None,
+        "clique_id": None,
+    }

@@ -65,6 +65,37 @@ def test_mps_is_described_for_nvidias_plugin_and_refused_for_ours():
         pc.served({"mode": "gpuops", "config": document})
 
 
+def test_nvidias_plugin_is_described_without_the_choices_it_passes_over():
+    # NVIDIA api/config/v1/config.go DisableResourceNamingInConfig, called by its plugin and
+    # by GFD (cmd/gpu-feature-discovery/main.go) on every configuration they load: each
+    # resource's rename and devices are dropped; its reader has no perDevice.
+    resource = {
+        "name": "nvidia.com/gpu",
+        "replicas": 4,
+        "rename": "nvidia.com/gpu-four",
+        "devices": [0, 1],
+        "perDevice": [{"index": 1, "replicas": 2}],
+    }
+    document = {"sharing": {"timeSlicing": {"resources": [resource]}}}
+    for mode in ("nvidia", "operator"):
+        assert pc.served({"mode": mode, "config": document}).sharing() == (
+            "time-slicing",
+            (pc.SharedResource("nvidia.com/gpu", 4),),
+            False,
+        )
+    # renameByDefault still renames, to <name>.shared; MPS is read the same way.
+    document = {"sharing": {"mps": {"renameByDefault": True, "resources": [resource]}}}
+    config = pc.served({"mode": "nvidia", "config": document})
+    assert config.sharing() == ("mps", (pc.SharedResource("nvidia.com/gpu", 4),), True)
+    # The gpuops plugin serves all three.
+    shared = pc.served({"mode": "gpuops", "config": {"sharing": {"timeSlicing": {"resources": [resource]}}}})
+    assert shared.sharing()[1] == (
+        pc.SharedResource(
+            "nvidia.com/gpu", 4, "nvidia.com/gpu-four", ("0", "1"), (pc.PerDevice(2, index="1"),)
+        ),
+    )
+
+
 def test_an_mps_section_wins_over_time_slicing_like_nvidias_config():
     # NVIDIA api/config/v1/sharing.go: ReplicatedResources() is the MPS list when there is one.
     config = pc.Config(
