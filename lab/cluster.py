@@ -537,17 +537,12 @@ def declare_nvidia_runtime(path):
     code, defaults), so the doctor and RuntimeClass nvidia see a configured node. The lab has
     no NVIDIA Container Toolkit: a pod that selects this handler fails to start."""
     sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
-    from _runtime import containerd  # noqa: PLC0415 - the collection's module_utils, found at run time
+    from _runtime import defaults, plan  # noqa: PLC0415 - the collection's module_utils, found at run time
 
-    spec = {
-        "state": "present",
-        "runtime_name": "nvidia",
-        "runtime_path": "/usr/bin/nvidia-container-runtime",
-        "set_as_default": None,
-        "enable_cdi": None,
-    }
-    text = containerd.containerd_in_place(path.read_text(), spec, str(path))[0]
-    path.write_text(text)
+    # Only what differs from the module's defaults; the plan edits the file in place.
+    planned = plan.plan({**defaults.OPTIONS, "runtime": "containerd", "path": str(path)})
+    for changed, text in planned.changes().items():
+        Path(changed).write_text(text)
 
 
 def ensure_bridge():

@@ -188,6 +188,26 @@ config_mode:
   returned: always
   type: str
   sample: drop_in
+parameters:
+  description:
+    - This run's options, all but O(state), defaults applied; O(config_mode), O(path) and
+      O(drop_in_path) are the runtime's own where none was given (null for Docker, which
+      has no O(drop_in_path)).
+    - The same in check mode. The C(container_runtime) role writes them for its drift guard,
+      which plans with them as this module does.
+  returned: always
+  type: dict
+  sample:
+    runtime: containerd
+    config_mode: in_place
+    path: /etc/containerd/config.toml
+    drop_in_path: /etc/containerd/conf.d/99-nvidia.toml
+    runtime_name: nvidia
+    runtime_path: /usr/bin/nvidia-container-runtime
+    set_as_default: true
+    enable_cdi: null
+    config_version: 2
+    backup: true
 planned_files:
   description:
     - The files this module manages for these options (what it writes when they drift),

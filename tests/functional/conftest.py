@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(os.environ.get("GPUOPS_VENV", REPO / ".venv")) / "bin"
@@ -70,6 +71,32 @@ def run_module(
             "ansible gave no module result (%s; rc %d)\nstdout:\n%s\nstderr:\n%s"
             % (error, proc.returncode, proc.stdout, proc.stderr)
         ) from error
+
+
+def playbook(tmp_path, name, plays, inventory_vars=None, extra_vars=None):
+    """Run plays with ansible-playbook on localhost; return {task name: localhost's result}."""
+    python = str(VENV_BIN / "python")
+    host = dict(inventory_vars or {}, ansible_connection="local", ansible_python_interpreter=python)
+    inventory = tmp_path / ("%s.inventory.yml" % name)
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": host}}}))
+    path = tmp_path / ("%s.yml" % name)
+    path.write_text(yaml.safe_dump(plays, sort_keys=False))
+    command = [str(VENV_BIN / "ansible-playbook"), "-i", str(inventory), str(path)]
+    if extra_vars:
+        extra = tmp_path / ("%s.extra.json" % name)
+        extra.write_text(json.dumps(extra_vars))
+        command += ["-e", "@%s" % extra]
+    env = ansible_env()
+    proc = subprocess.run(command, capture_output=True, text=True, env=env, check=False, timeout=300)
+    try:
+        tasks = json.loads(proc.stdout)["plays"][0]["tasks"]
+    except (ValueError, KeyError, IndexError) as error:
+        raise AssertionError(
+            "no JSON result (rc %d)\n%s\n%s" % (proc.returncode, proc.stdout, proc.stderr)
+        ) from error
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    # A role's task is named "ROLE : NAME".
+    return {task["task"]["name"].split(" : ")[-1]: task["hosts"]["localhost"] for task in tasks}
 
 
 def _library(script):

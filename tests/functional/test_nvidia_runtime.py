@@ -270,6 +270,43 @@ def test_check_mode_without_tomlkit_predicts_what_the_real_run_does(tmp_path, ex
     assert without_check["failed"] and "tomlkit" in without_check["msg"]
 
 
+def test_the_options_planned_with_are_returned_in_check_mode_too_and_without_tomlkit(tmp_path):
+    # The container_runtime role writes them for its drift guard from a check-mode run.
+    bare = tmp_path / "bare"
+    venv.create(bare, with_pip=False)
+    config = tmp_path / "config.toml"
+    config.write_text(MAIN_V2)
+    args = {"runtime": "containerd", "path": str(config), "enable_cdi": True}
+    without_tomlkit = run_module(
+        args, module="gpuops.k8s.nvidia_runtime", check=True, python=bare / "bin" / "python"
+    )
+    predicted = run_module(args, module="gpuops.k8s.nvidia_runtime", check=True)
+    result = run_module(args, module="gpuops.k8s.nvidia_runtime")
+    assert (
+        without_tomlkit["parameters"]
+        == predicted["parameters"]
+        == result["parameters"]
+        == {
+            "runtime": "containerd",
+            "config_mode": "in_place",
+            "path": str(config),
+            "drop_in_path": "/etc/containerd/conf.d/99-nvidia.toml",
+            "runtime_name": "nvidia",
+            "runtime_path": BINARY,
+            "set_as_default": None,
+            "enable_cdi": True,
+            "config_version": 2,
+            "backup": False,
+        }
+    )
+    docker = run_module(
+        {"runtime": "docker", "path": str(tmp_path / "daemon.json")},
+        module="gpuops.k8s.nvidia_runtime",
+        check=True,
+    )
+    assert docker["parameters"]["config_mode"] == "in_place" and docker["parameters"]["drop_in_path"] is None
+
+
 # ------------------------------------------------------------- check mode without tomlkit
 
 

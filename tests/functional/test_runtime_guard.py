@@ -22,6 +22,7 @@ import tomllib
 
 import pytest
 import yaml
+from conftest import playbook
 from runtimes import containerd_dump, dockerd_validate, runtime_root
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -75,6 +76,21 @@ esac
 """
 
 
+def run_guard(package_parent, parameters, *args):
+    """One guard run of the package under package_parent with the parameters file."""
+    env = {k: v for k, v in os.environ.items() if k != "JOURNAL_STREAM"}
+    # No __pycache__ in the role's files tree: the role copies that tree to nodes.
+    env.update(PYTHONPATH=str(package_parent), PYTHONDONTWRITEBYTECODE="1")
+    return subprocess.run(
+        [sys.executable, "-m", "gpuops_runtime_guard", "--config", str(parameters), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+
+
 class Node:
     """A temp "node": config files, the guard's parameters and state, a recording systemctl."""
 
@@ -97,17 +113,7 @@ class Node:
         self.parameters.write_text(json.dumps(self.params))
 
     def guard(self, *args):
-        env = {k: v for k, v in os.environ.items() if k != "JOURNAL_STREAM"}
-        # No __pycache__ in the role's files tree: the role copies that tree to nodes.
-        env.update(PYTHONPATH=PACKAGE_PARENT, PYTHONDONTWRITEBYTECODE="1")
-        return subprocess.run(
-            [sys.executable, "-m", "gpuops_runtime_guard", "--config", str(self.parameters), *args],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=60,
-            check=False,
-        )
+        return run_guard(PACKAGE_PARENT, self.parameters, *args)
 
     def calls(self):
         """What the guard asked systemctl to do (its show queries left out)."""
@@ -395,3 +401,66 @@ def test_the_role_restarts_the_service_the_table_names():
         role_vars = yaml.safe_load(handle)
     assert role_vars["__container_runtime_services"] == {e: ENGINES[e]["service"] for e in ENGINES}
     assert sorted(role_vars["__container_runtime_packages"]) == sorted(ENGINES)
+
+
+ROLE = os.path.join(REPO, "roles", "container_runtime")
+WRITE_PARAMETERS = "Write the drift guard's parameters (those nvidia_runtime plans with)"
+DECLARE = "Declare the NVIDIA runtime in the runtime's configuration"
+
+
+def role_play(**keywords):
+    """The container_runtime role's block that plans, installs the guard's files and declares
+    the runtime: its tasks and module_defaults verbatim, over the role's defaults; the guard's
+    files (an include relative to the role) included from the role."""
+    with open(os.path.join(ROLE, "tasks", "main.yml")) as handle:
+        (block,) = [task for task in yaml.safe_load(handle) if "block" in task and "module_defaults" in task]
+    tasks = []
+    for task in block["block"]:
+        if "ansible.builtin.include_tasks" in task:
+            included = task.pop("ansible.builtin.include_tasks")
+            task["ansible.builtin.include_role"] = {
+                "name": "gpuops.k8s.container_runtime",
+                "tasks_from": included,
+            }
+        tasks.append(task)
+    return {
+        "hosts": "localhost",
+        "gather_facts": False,
+        "vars_files": [os.path.join(ROLE, "defaults", "main.yml")],
+        "module_defaults": block["module_defaults"],
+        "tasks": tasks,
+        **keywords,
+    }
+
+
+def test_the_role_writes_the_guard_the_options_nvidia_runtime_planned_with(tmp_path):
+    config = tmp_path / "config.toml"
+    config.write_text(SITE_V2)
+    parameters, state_dir = tmp_path / "etc" / "guard.json", tmp_path / "state"
+    choices = {
+        "container_runtime_config_mode": "drop_in",
+        "container_runtime_config_path": str(config),
+        "container_runtime_drop_in_path": str(tmp_path / "conf.d" / "99-nvidia.toml"),
+        # The guard's program, parameters and record under tmp_path.
+        "__container_runtime_guard_lib": str(tmp_path / "lib"),
+        "__container_runtime_guard_parameters": str(parameters),
+        "__container_runtime_guard_state_dir": str(state_dir),
+    }
+    predicted = playbook(tmp_path, "check", [role_play(check_mode=True, diff=True)], extra_vars=choices)
+    assert predicted[WRITE_PARAMETERS]["changed"] and not parameters.exists()
+
+    results = playbook(tmp_path, "run", [role_play(diff=True)], extra_vars=choices)
+    written = parameters.read_text()
+    assert results[WRITE_PARAMETERS]["changed"]
+    (diff,) = results[WRITE_PARAMETERS]["diff"]
+    assert [d["after"] for d in predicted[WRITE_PARAMETERS]["diff"]] == [diff["after"]] == [written]
+    options = results[DECLARE]["parameters"]
+    assert json.loads(written) == {**options, "service": "containerd", "state_dir": str(state_dir)}
+
+    # The guard the role installed plans with them what nvidia_runtime did: in sync.
+    proc = run_guard(tmp_path / "lib", parameters, "--check")
+    assert proc.returncode == 0 and "in sync" in proc.stderr, proc.stderr
+
+    again = playbook(tmp_path, "again", [role_play()], extra_vars=choices)
+    assert not again[WRITE_PARAMETERS]["changed"] and not again[DECLARE]["changed"]
+    assert parameters.read_text() == written

@@ -6,8 +6,9 @@
 """The one table of defaults: each engine's files, config mode and service; the options'.
 
 Private to the gpuops.k8s collection. Read by the nvidia_runtime module (its argument
-spec), the plan (a path left empty) and the drift guard (its parameters); the
-container_runtime role takes the files from the module's result.
+spec), the plan (a path left empty, the parameters it reports) and the drift guard (its
+parameters); the container_runtime role takes the files and the guard's parameters from
+the module's result, and the lab declares the runtime with these defaults.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -48,3 +49,8 @@ OPTIONS = {
     "config_version": 2,
     "backup": False,
 }
+
+# What makes a run again: the engine and every option but state. A plan reports them as
+# resolved (nvidia_runtime's return value parameters); the container_runtime role writes
+# that result for the drift guard, which only ever declares the runtime.
+PARAMETERS = ("runtime", *(key for key in OPTIONS if key != "state"))

@@ -31,7 +31,7 @@ import re
 from . import k3s
 from .containerd import containerd_drop_in, containerd_in_place, containerd_version
 from .crio import crio_edit
-from .defaults import ENGINES
+from .defaults import ENGINES, PARAMETERS
 from .docker import docker_edit, parse_json
 from .errors import RuntimeConfigError, UnsupportedOption
 from .toml_data import pruned, same
@@ -85,8 +85,10 @@ class Plan:
     """What a run does: {path: new text, None (remove it) or UNRENDERED} for every file it
     manages, each file's text now ("" when it does not exist), and what it tells the user."""
 
-    def __init__(self, runtime, config_mode):
-        self.runtime, self.config_mode = runtime, config_mode
+    def __init__(self, options):
+        """options: what it is made from, the engine's defaults applied (resolve())."""
+        self.options = options
+        self.runtime, self.config_mode = options["runtime"], options["config_mode"]
         self.files, self.before, self.existed, self.data = {}, {}, {}, {}
         self.config_version = self.distribution = self.msg = None
         self.warnings = []
@@ -99,6 +101,11 @@ class Plan:
     @property
     def planned_files(self):
         return sorted(self.files)
+
+    @property
+    def parameters(self):
+        """The options that make the same plan again (defaults.PARAMETERS), as resolved."""
+        return {key: self.options[key] for key in PARAMETERS}
 
     def changes(self):
         """{path: new text, None or UNRENDERED} for the files this run changes."""
@@ -139,7 +146,7 @@ def plan(params, files=None):
             "runtime_path": spec["runtime_path"],
         },
     )
-    result = Plan(resolved["runtime"], resolved["config_mode"])
+    result = Plan(resolved)
     {"containerd": _containerd, "crio": _crio, "docker": _docker}[result.runtime](
         result, resolved, spec, files
     )

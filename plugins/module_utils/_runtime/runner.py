@@ -76,6 +76,7 @@ def run(module):
         "created_files": sorted(path for path in changes if not planned.existed[path]),
         "backup_files": {},
         "config_mode": planned.config_mode,
+        "parameters": planned.parameters,
         "planned_files": planned.planned_files,
         "distribution": planned.distribution,
         "diff": [

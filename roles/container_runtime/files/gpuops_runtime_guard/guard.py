@@ -3,10 +3,10 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """One run of the drift guard: plan, repair, restart only on an effective change, roll back.
 
-The parameters file is JSON written by the container_runtime role: the options it passes
-to nvidia_runtime (runtime, config_mode, path, drop_in_path, runtime_name, runtime_path,
-set_as_default, enable_cdi, config_version, backup) plus the runtime's service name, and,
-for tests, the systemctl command and the state directory.
+The parameters file is JSON written by the container_runtime role: the parameters
+nvidia_runtime returns (its options but state, defaults applied: _runtime/defaults.py,
+PARAMETERS) plus the runtime's service name and the state directory, and, for tests, the
+systemctl command.
 
 Exit status: 0 in sync or repaired; 1 the repaired configuration did not start (rolled
 back), or the same files already failed that way; 2 a file cannot be parsed or edited
@@ -36,14 +36,14 @@ import tempfile
 import time
 
 from ._runtime import plan as rp
-from ._runtime.defaults import ENGINES, OPTIONS
+from ._runtime.defaults import ENGINES, OPTIONS, PARAMETERS
 from ._runtime.errors import RuntimeConfigError
 from ._runtime.toml_text import HAS_TOMLKIT
 
 DEFAULT_PARAMETERS = "/etc/gpuops-runtime-guard/guard.json"
 DEFAULTS = {
-    "runtime": None,
-    **OPTIONS,  # nvidia_runtime's, from the one table of defaults
+    **dict.fromkeys(PARAMETERS),  # what nvidia_runtime returns as its parameters
+    **OPTIONS,  # with nvidia_runtime's defaults, from the one table
     "backup": True,
     "service": None,  # the engine's (defaults.ENGINES)
     # Test hooks and tuning.

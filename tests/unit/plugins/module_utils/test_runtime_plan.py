@@ -81,6 +81,43 @@ def test_an_empty_option_takes_the_engine_default_from_the_one_table(runtime):
     assert planned.existed == {managed: False}
 
 
+@pytest.mark.parametrize("runtime", sorted(ENGINES))
+def test_the_plan_reports_the_options_it_was_made_from_but_state_with_the_engine_defaults(runtime):
+    planned = plan(options(runtime=runtime, set_as_default=True), Files())
+    engine = ENGINES[runtime]
+    assert planned.parameters == {
+        "runtime": runtime,
+        "config_mode": engine["config_mode"],
+        "path": engine["path"],
+        "drop_in_path": engine["drop_in_path"],
+        "runtime_name": "nvidia",
+        "runtime_path": NV,
+        "set_as_default": True,
+        "enable_cdi": None,
+        "config_version": 2,
+        "backup": False,
+    }
+
+
+def test_the_reported_options_make_the_same_plan_again_as_the_drift_guard_makes_it():
+    # The guard reads them from the file the role writes, over the module's defaults.
+    files = Files({CONFIG: fixture("kubespray-v2.toml")})
+    given = options(
+        config_mode="drop_in",
+        drop_in_path="/etc/containerd/conf.d/50-gpu.toml",
+        runtime_name="gpu",
+        enable_cdi=True,
+        config_version=3,
+        backup=True,
+    )
+    planned = plan(given, files)
+    assert planned.parameters == dict({k: v for k, v in given.items() if k != "state"}, path=CONFIG)
+    again = plan({**OPTIONS, **planned.parameters}, files)
+    assert again.parameters == planned.parameters
+    assert again.changes() == planned.changes() and again.planned_files == planned.planned_files
+    assert again.restart_required() == planned.restart_required()
+
+
 def test_docker_drop_in_is_refused_naming_the_field_and_what_is_valid():
     with pytest.raises(
         UnsupportedOption,
