@@ -9,9 +9,8 @@ For each node count: brings the lab's nodes to that count (lab/nodes.py up), the
 site.yml, every phase, as `make site` does: on fresh nodes first with --fresh (`nodes.py
 down`, then `up`: nothing of NVIDIA's on them), then --converged times on the converged
 nodes. Each run's wall time and changed tasks per node come from Ansible's own JSON
-(ansible.posix.json: every task's start and end per host); per role, the time its tasks
-took (each task counted once, from its first host's start to its last host's end); the
-slowest tasks. One table at the end. Needs the lab's control plane up (make lab-up).
+(ansible.posix.json: every task's start and end, over all its hosts); per role, the time
+its tasks took; the slowest tasks. One table at the end. Needs the lab's control plane up (make lab-up).
 """
 
 from __future__ import annotations
@@ -66,11 +65,10 @@ def site_run():
     roles, tasks = collections.Counter(), []
     for play in report["plays"]:
         for task in play["tasks"]:
-            spans = [result.get("duration") or {} for result in task["hosts"].values()]
-            spans = [(when(s["start"]), when(s["end"])) for s in spans if s.get("start") and s.get("end")]
-            if not spans:
+            span = task["task"].get("duration") or {}
+            if not (span.get("start") and span.get("end")):
                 continue
-            seconds = max(end for _, end in spans) - min(start for start, _ in spans)
+            seconds = when(span["end"]) - when(span["start"])
             name = task["task"]["name"]
             roles[name.split(" : ", 1)[0] if " : " in name else "(playbook)"] += seconds
             tasks.append((seconds, name))
