@@ -246,8 +246,16 @@ def _fabric(handle):
             if code == pynvml.NVML_ERROR_NOT_SUPPORTED:
                 return facts.gpu_fabric(facts.FABRIC_NOT_SUPPORTED)
             return None
-        return facts.gpu_fabric(info.state, info.status, info.clusterUuid, info.cliqueId)
+        return facts.gpu_fabric(info.state, info.status, _raw_field(info, "clusterUuid"), info.cliqueId)
     return None
+
+
+def _raw_field(struct, name):
+    """A char-array field's bytes as NVML wrote them. Reading the attribute would not do:
+    bindings that decode char arrays to text (Debian's python3-pynvml 11.525) fail on a
+    binary UUID, and ctypes stops a char array at its first NUL byte."""
+    field = getattr(type(struct), name)
+    return ctypes.string_at(ctypes.addressof(struct) + field.offset, field.size)
 
 
 def _gpu(index, handle, sysfs_root):

@@ -114,6 +114,37 @@ def test_fabric(monkeypatch, case, fake, calls, fabric):
     assert fake.calls == calls
 
 
+class DecodingFabricInfo(ctypes.Structure):
+    """nvmlGpuFabricInfo_t as Debian's python3-pynvml 11.525 declares it: a char array whose
+    value the bindings decode as UTF-8 when it is read."""
+
+    _fields_ = [
+        ("clusterUuid", ctypes.c_char * 16),
+        ("status", ctypes.c_uint),
+        ("cliqueId", ctypes.c_uint32),
+        ("state", ctypes.c_uint),
+    ]
+
+    def __getattribute__(self, name):
+        value = super(DecodingFabricInfo, self).__getattribute__(name)
+        return value.decode() if isinstance(value, bytes) else value
+
+
+def test_a_binary_cluster_uuid_is_read_as_nvml_wrote_it(monkeypatch):
+    # Not UTF-8, and a NUL byte inside: neither may cut or break the UUID.
+    cluster = bytes.fromhex("91002a4e58b04c3d9e210a7b5c9d3e12")
+
+    def fabric_info(_handle, ref):
+        info = ref._obj
+        info.state, info.status, info.cliqueId = 3, 0, 9
+        ctypes.memmove(ctypes.addressof(info), cluster, 16)
+
+    fake = fake_pynvml(bindings=())
+    fake.nvmlDeviceGetGpuFabricInfo, fake.c_nvmlGpuFabricInfo_t = fabric_info, DecodingFabricInfo
+    monkeypatch.setattr(nvml, "pynvml", fake)
+    assert nvml._fabric("handle") == dict(registered(9), cluster_uuid="91002a4e-58b0-4c3d-9e21-0a7b5c9d3e12")
+
+
 def test_a_lost_gpu_is_lost_here_too(monkeypatch):
     monkeypatch.setattr(nvml, "pynvml", fake_pynvml(v1=GPU_IS_LOST))
     with pytest.raises(NVMLError):
