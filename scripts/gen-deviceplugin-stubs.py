@@ -12,9 +12,10 @@ deviceplugin/v1beta1 (the daemon serves it), podresources.proto is podresources/
 kubelet's pod-resources API, which the pod-resources client reads). For the DRA front end,
 from k8s.io/kubelet v0.37.2 (Kubernetes 1.37.2): dra_v1.proto and dra_v1beta1.proto (the
 DRAPlugin service the kubelet calls), pluginregistration.proto (the plugin watcher's
-registration) and dra_health_v1alpha1.proto (the DRAResourceHealth stream). The package lines
-are upstream's, so the services keep the names the kubelet calls
-(/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/..., pluginregistration, v1alpha1). Nothing is
+registration), dra_health_v1.proto and dra_health_v1alpha1.proto (the DRAResourceHealth
+stream: a 1.37 kubelet prefers v1, 1.35 and 1.36 know only v1alpha1). The package lines are
+upstream's, so the services keep the names the kubelet calls
+(/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/..., pluginregistration, v1, v1alpha1). Nothing is
 stripped from them: they are byte-for-byte copies, because none of these protos imports
 gogoproto or sets a gogoproto option any more (one that did would make protoc fail on the
 missing import, not pass unnoticed).
@@ -43,6 +44,7 @@ PROTOS = {
     "dra_v1beta1.proto": "dra/v1beta1",
     "pluginregistration.proto": "pluginregistration/v1",
     "dra_health_v1alpha1.proto": "dra-health/v1alpha1",
+    "dra_health_v1.proto": "dra-health/v1",
 }
 SUFFIXES = ("_pb2.py", "_pb2_grpc.py")
 OUTPUTS = tuple(name.removesuffix(".proto") + suffix for name in PROTOS for suffix in SUFFIXES)

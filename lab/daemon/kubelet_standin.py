@@ -22,6 +22,7 @@ import time
 from concurrent import futures
 
 import grpc
+from followed_stream import FollowedStream
 
 from gpuops_device_plugin.api import api_pb2, api_pb2_grpc
 
@@ -48,37 +49,21 @@ class PluginClient:
         grpc.channel_ready_future(self.channel).result(timeout=10)
         self.stub = api_pb2_grpc.DevicePluginStub(self.channel)
         self.options = self.stub.GetDevicePluginOptions(api_pb2.Empty(), timeout=10)
-        self.devices: dict[str, str] = {}
-        self.updates = 0
-        self.stream_ended = False
-        self.changed = threading.Condition()
-        self._stream = self.stub.ListAndWatch(api_pb2.Empty())
-        self._thread = threading.Thread(target=self._follow, daemon=True)
-        self._thread.start()
+        self._devices = FollowedStream(
+            self.stub.ListAndWatch(api_pb2.Empty()),
+            lambda message: {d.ID: d.health for d in message.devices},
+            {},
+            self.resource,
+        )
 
-    def _follow(self):
-        try:
-            for message in self._stream:
-                with self.changed:
-                    self.devices = {d.ID: d.health for d in message.devices}
-                    self.updates += 1
-                    self.changed.notify_all()
-        except grpc.RpcError:
-            pass
-        with self.changed:
-            self.stream_ended = True
-            self.changed.notify_all()
+    @property
+    def devices(self) -> dict[str, str]:
+        """The last device list: device ID -> Healthy or Unhealthy."""
+        return self._devices.state
 
     def wait(self, predicate, timeout=10.0):
         """Wait until predicate(devices) holds; return the devices or raise TimeoutError."""
-        deadline = time.monotonic() + timeout
-        with self.changed:
-            while not predicate(self.devices):
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise TimeoutError("%s: devices now %s" % (self.resource, self.devices))
-                self.changed.wait(remaining)
-            return dict(self.devices)
+        return self._devices.wait(lambda followed: predicate(followed.state), timeout)
 
     def healthy(self):
         return sorted(i for i, h in self.devices.items() if h == "Healthy")
@@ -100,7 +85,7 @@ class PluginClient:
         return list(response.container_responses[0].deviceIDs)
 
     def close(self):
-        self._stream.cancel()
+        self._devices.close()
         self.channel.close()
 
 

@@ -34,6 +34,7 @@ KUBELET_METHODS = {
         "/pluginregistration.Registration/NotifyRegistrationStatus",
     },
     "dra_health_v1alpha1": {"/v1alpha1.DRAResourceHealth/NodeWatchResources"},
+    "dra_health_v1": {"/v1.DRAResourceHealth/NodeWatchResources"},
 }
 
 
@@ -75,10 +76,41 @@ def test_stubs_serve_the_kubelet_method_names(module):
     assert channel.paths == KUBELET_METHODS[module]
 
 
-def test_health_stream_is_server_streaming():
-    from gpuops_device_plugin.api import dra_health_v1alpha1_pb2  # noqa: PLC0415
-
-    service = dra_health_v1alpha1_pb2.DESCRIPTOR.services_by_name["DRAResourceHealth"]
-    watch = service.methods_by_name["NodeWatchResources"]
+@pytest.mark.parametrize("module", ["dra_health_v1", "dra_health_v1alpha1"])
+def test_health_stream_is_server_streaming(module):
+    pb2 = importlib.import_module(f"gpuops_device_plugin.api.{module}_pb2")
+    watch = pb2.DESCRIPTOR.services_by_name["DRAResourceHealth"].methods_by_name["NodeWatchResources"]
     assert watch.server_streaming
     assert not watch.client_streaming
+
+
+def test_health_v1_and_v1alpha1_messages_are_one_wire_format():
+    """The health servicer answers v1alpha1 by re-reading its v1 bytes: same fields, same numbers."""
+    from gpuops_device_plugin.api import dra_health_v1_pb2, dra_health_v1alpha1_pb2  # noqa: PLC0415
+
+    def shape(pb2):
+        return {
+            name: sorted((f.number, f.name, f.type, f.is_repeated) for f in message.fields)
+            for name, message in pb2.DESCRIPTOR.message_types_by_name.items()
+        }
+
+    assert shape(dra_health_v1_pb2) == shape(dra_health_v1alpha1_pb2)
+    enum = "HealthStatus"
+    assert [(v.name, v.number) for v in dra_health_v1_pb2.DESCRIPTOR.enum_types_by_name[enum].values] == [
+        (v.name, v.number) for v in dra_health_v1alpha1_pb2.DESCRIPTOR.enum_types_by_name[enum].values
+    ]
+
+
+def test_dra_v1beta1_messages_are_v1_without_share_id():
+    """DRAPlugin v1beta1 is served by re-reading v1 bytes: v1 only adds Device.share_id (5)."""
+    from gpuops_device_plugin.api import dra_v1_pb2, dra_v1beta1_pb2  # noqa: PLC0415
+
+    def fields(pb2):
+        return {
+            (name, f.number, f.name, f.type)
+            for name, message in pb2.DESCRIPTOR.message_types_by_name.items()
+            for f in message.fields
+        }
+
+    assert fields(dra_v1_pb2) - fields(dra_v1beta1_pb2) == {("Device", 5, "share_id", 9)}
+    assert fields(dra_v1beta1_pb2) <= fields(dra_v1_pb2)

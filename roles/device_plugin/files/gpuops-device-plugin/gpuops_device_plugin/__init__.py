@@ -6,8 +6,8 @@
 Parts: config (file, env, flags), discovery (NVML), resources (pure: names, replicas,
 Allocate responses), allocation (pure: preferred allocation), health (NVML events,
 recovery), server (gRPC translation), registrar (serve, register, watch the kubelet),
-metrics (Prometheus), daemon (wiring, signals). For the DRA front end to come:
-dra_checkpoint (prepared claims, on disk) and the kubelet's DRA protos in api/.
+metrics (Prometheus), daemon (wiring, signals). dra/: the DRA front end over the same
+discovery and health, with the kubelet's DRA protos in api/ (not started by the daemon yet).
 """
 
 __version__ = "0.1.0"

@@ -1,14 +1,15 @@
 # Copyright (c) gpuops.k8s contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""dra_checkpoint: claims survive a restart, repeats are no-ops, bad files and writes are loud."""
+"""dra.checkpoint: claims survive a restart, repeats are no-ops, bad files and writes are loud."""
 
 import json
 import os
 
 import pytest
 
-from gpuops_device_plugin import dra_checkpoint as dc
+from gpuops_device_plugin.dra import checkpoint as dc
+from gpuops_device_plugin.dra import files
 
 UID = "0b9a6c1e-5a7d-4c39-9f6e-2d1f3c4b5a69"
 GPU0 = dc.PreparedDevice(
@@ -160,7 +161,7 @@ def test_a_failed_rename_leaves_the_previous_file_and_state(path, monkeypatch):
     def fail(source, target):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(dc.os, "replace", fail)
+    monkeypatch.setattr(files.os, "replace", fail)
     with pytest.raises(dc.CheckpointFileError, match="No space left") as raised:
         checkpoint.complete(UID, [GPU0])
     monkeypatch.undo()

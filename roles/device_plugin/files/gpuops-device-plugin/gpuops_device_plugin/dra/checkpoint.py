@@ -11,23 +11,22 @@ PrepareCompleted), a claim is recorded as started before any work and as complet
 devices after it; a claim still started when the daemon starts again was cut off halfway
 (`stale()`), and its partial work is the caller's to roll back or redo.
 
-Every change is written before it is visible (temporary file, fsync, rename, fsync of the
-directory), so a crash leaves the previous file or the new one, never half of one. A file
-that cannot be read back (not JSON, another format version, a malformed record) is a
-CheckpointFileError naming the path, never an empty checkpoint: forgetting prepared claims
-would leave their devices prepared with nothing to unprepare them.
+Every change is written before it is visible (files.write_atomically), so a crash leaves the
+previous file or the new one, never half of one. A file that cannot be read back (not JSON,
+another format version, a malformed record) is a CheckpointFileError naming the path, never
+an empty checkpoint: forgetting prepared claims would leave their devices prepared with
+nothing to unprepare them.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
-import os
-import tempfile
 import threading
 from collections.abc import Iterable
 from typing import Any
+
+from .files import write_atomically
 
 __all__ = [
     "COMPLETED",
@@ -166,26 +165,9 @@ class Checkpoint:
             "claims": {uid: _record(claim) for uid, claim in claims.items()},
         }
         text = json.dumps(document, indent=2, sort_keys=True) + "\n"
-        directory = os.path.dirname(os.path.abspath(self.path))
         try:
-            fd, temporary = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(self.path)}.")
+            write_atomically(self.path, text)
         except OSError as error:
-            raise CheckpointFileError(self.path, f"cannot be written: {error}") from error
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(text)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(temporary, self.path)
-            # The rename is durable only once the directory entry itself is on disk.
-            directory_fd = os.open(directory, os.O_RDONLY)
-            try:
-                os.fsync(directory_fd)
-            finally:
-                os.close(directory_fd)
-        except OSError as error:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary)
             raise CheckpointFileError(self.path, f"cannot be written: {error}") from error
         self._claims = claims
 

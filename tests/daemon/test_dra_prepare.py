@@ -1,0 +1,388 @@
+# Copyright (c) gpuops.k8s contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""dra.prepare over the lab's claims and toolkit spec (lab/daemon/dra_node.py), no gRPC:
+idempotent Prepare, checks of the claim, Unprepare from the checkpoint alone, and the
+kubernetes client's ResourceV1Api behind dra.claims.api_reader."""
+
+import http.server
+import json
+import os
+import threading
+
+import pytest
+import yaml
+from dp_harness import H100_UUIDS
+from dra_node import Claims, claim, toolkit_spec
+from kubernetes import client as kube
+
+from gpuops_device_plugin.dra import claims as dra_claims
+from gpuops_device_plugin.dra.cdi import ClaimSpecs
+from gpuops_device_plugin.dra.checkpoint import COMPLETED, STARTED, Checkpoint
+from gpuops_device_plugin.dra.devices import gpu_devices
+from gpuops_device_plugin.dra.prepare import Claim, Preparer
+
+POOL = "node-a"
+GPUS = gpu_devices([{"index": i, "uuid": uuid} for i, uuid in enumerate(H100_UUIDS)])
+TIME_SLICED = {
+    "apiVersion": "gpu.gpuops.k8s/v1alpha1",
+    "kind": "GpuConfig",
+    "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Short"}},
+}
+
+
+class Node:
+    """A node's DRA state in a temporary directory: checkpoint, CDI specs, the toolkit's spec."""
+
+    def __init__(self, root):
+        self.root = root
+        self.checkpoint_path = str(root / "checkpoint.json")
+        self.cdi_dir = str(root / "cdi")
+        self.toolkit = root / "nvidia.yaml"
+        self.toolkit.write_text(json.dumps(toolkit_spec(H100_UUIDS)))  # JSON is YAML
+
+    def preparer(self, reader, devices=GPUS):
+        """A Preparer as a fresh daemon makes one: the checkpoint read from disk."""
+        return Preparer(
+            Checkpoint.load(self.checkpoint_path),
+            ClaimSpecs(self.cdi_dir, str(self.toolkit)),
+            devices,
+            reader,
+            pool=POOL,
+        )
+
+    def spec_path(self, uid):
+        return os.path.join(self.cdi_dir, f"k8s.gpu.gpuops.k8s-claim_{uid}.json")
+
+    def spec(self, uid):
+        with open(self.spec_path(uid)) as handle:
+            return json.load(handle)
+
+    def specs(self):
+        return sorted(os.listdir(self.cdi_dir)) if os.path.isdir(self.cdi_dir) else []
+
+
+@pytest.fixture
+def node(tmp_path):
+    return Node(tmp_path)
+
+
+def named(document):
+    metadata = document["metadata"]
+    return Claim(metadata["namespace"], metadata["uid"], metadata["name"])
+
+
+def cdi_id(document, device):
+    return f"k8s.gpu.gpuops.k8s/claim={document['metadata']['uid']}-{device}"
+
+
+def test_prepare_writes_the_claims_spec_and_answers_its_devices(node):
+    train = claim("train", [("gpus", "gpu-2"), ("gpus", "gpu-5")])
+    answer = node.preparer(Claims(train)).prepare([named(train)])
+
+    (result,) = answer.values()
+    assert list(answer) == [train["metadata"]["uid"]]
+    assert result.error == ""
+    assert [(d.pool, d.device, d.request_names, d.cdi_device_ids) for d in result.devices] == [
+        (POOL, "gpu-2", ("gpus",), (cdi_id(train, "gpu-2"),)),
+        (POOL, "gpu-5", ("gpus",), (cdi_id(train, "gpu-5"),)),
+    ]
+    spec = node.spec(train["metadata"]["uid"])
+    nodes = [n["path"] for d in spec["devices"] for n in d["containerEdits"]["deviceNodes"]]
+    assert nodes == ["/dev/nvidia2", "/dev/nvidia5"]
+
+
+def test_prepare_twice_answers_the_same_from_the_checkpoint_without_get_or_write(node):
+    train = claim("train", [("gpus", "gpu-0")])
+    api = Claims(train)
+    preparer = node.preparer(api)
+
+    first = preparer.prepare([named(train)])
+    written = os.stat(node.spec_path(train["metadata"]["uid"]))
+    again = preparer.prepare([named(train)])
+    after_restart = node.preparer(api).prepare([named(train)])
+
+    assert again == first == after_restart
+    assert api.reads == 1
+    now = os.stat(node.spec_path(train["metadata"]["uid"]))
+    assert (now.st_ino, now.st_mtime_ns) == (written.st_ino, written.st_mtime_ns)
+
+
+def test_a_spec_lost_with_a_reboot_is_written_again_from_the_checkpoint(node):
+    """/var/run is a tmpfs: after a reboot the checkpoint knows the claim, its spec is gone,
+    and the restarted kubelet prepares the claim again (the claim may even be gone from the API)."""
+    train = claim("train", [("gpus", "gpu-3"), ("gpus", "gpu-4")])
+    first = node.preparer(Claims(train)).prepare([named(train)])
+    spec = node.spec(train["metadata"]["uid"])
+    os.unlink(node.spec_path(train["metadata"]["uid"]))
+
+    api = Claims()
+    assert node.preparer(api).prepare([named(train)]) == first
+    assert node.spec(train["metadata"]["uid"]) == spec
+    assert api.reads == 0
+
+
+def test_one_device_serving_two_requests_is_answered_once_with_both(node):
+    """Subrequests of a prioritized list come as <request>/<subrequest>: the kubelet knows <request>."""
+    both = claim("both", [("big/h100", "gpu-3"), ("small", "gpu-3"), ("small", "gpu-4")])
+    (result,) = node.preparer(Claims(both)).prepare([named(both)]).values()
+    assert [(d.device, d.request_names) for d in result.devices] == [
+        ("gpu-3", ("big", "small")),
+        ("gpu-4", ("small",)),
+    ]
+    assert len(node.spec(both["metadata"]["uid"])["devices"]) == 2
+
+
+def test_devices_of_other_drivers_in_the_claim_are_left_to_them(node):
+    mixed = claim("mixed", [("gpus", "gpu-1")])
+    mixed["status"]["allocation"]["devices"]["results"].append(
+        {"request": "nic", "driver": "sriov.example.com", "pool": POOL, "device": "vf-0"}
+    )
+    mixed["status"]["allocation"]["devices"]["config"].append(
+        {
+            "source": "FromClaim",
+            "requests": [],
+            "opaque": {"driver": "sriov.example.com", "parameters": {"x": 1}},
+        }
+    )
+    (result,) = node.preparer(Claims(mixed)).prepare([named(mixed)]).values()
+    assert result.error == ""
+    assert [d.device for d in result.devices] == ["gpu-1"]
+
+
+def refused(node, document, api=None):
+    """Prepare document's claim; return its error after checking nothing was prepared."""
+    preparer = node.preparer(api or Claims(document))
+    (result,) = preparer.prepare([named(document)]).values()
+    assert result.devices == ()
+    assert node.specs() == []
+    assert preparer.checkpoint.get(document["metadata"]["uid"]) is None
+    return result.error
+
+
+def test_a_claim_gone_from_the_api_is_refused(node):
+    gone = claim("gone", [("gpus", "gpu-0")], namespace="team-a")
+    assert refused(node, gone, api=Claims()) == "claim team-a/gone: not found in the API"
+
+
+def test_a_claim_whose_uid_differs_is_refused_as_replaced(node):
+    current = claim("train", [("gpus", "gpu-0")])
+    asked = Claim("default", "11111111-2222-3333-4444-555555555555", "train")
+    (result,) = node.preparer(Claims(current)).prepare([asked]).values()
+    assert result.error == (
+        f"claim default/train: has UID {current['metadata']['uid']}, the kubelet asked for {asked.uid}:"
+        " it was replaced"
+    )
+    assert node.specs() == []
+
+
+def test_a_claim_not_allocated_is_refused(node):
+    pending = claim("pending", [("gpus", "gpu-0")], allocated=False)
+    assert refused(node, pending) == "claim default/pending: is not allocated (status.allocation is empty)"
+
+
+def test_a_claim_of_another_driver_is_refused(node):
+    theirs = claim("theirs", [("gpus", "gpu-0")], driver="gpu.nvidia.com")
+    assert refused(node, theirs) == (
+        "claim default/theirs: allocates no device of driver gpu.gpuops.k8s (drivers: gpu.nvidia.com)"
+    )
+
+
+def test_a_claim_of_another_pool_is_refused(node):
+    elsewhere = claim("elsewhere", [("gpus", "gpu-0")], pool="node-b")
+    assert refused(node, elsewhere) == (
+        "claim default/elsewhere: allocates gpu.gpuops.k8s devices of pool node-b, this node's is node-a"
+    )
+
+
+def test_a_device_this_node_does_not_have_is_refused(node):
+    ninth = claim("ninth", [("gpus", "gpu-8")])
+    assert refused(node, ninth) == (
+        "claim default/ninth: allocates gpu-8 of pool node-a, unknown on this node"
+        " (its GPUs: gpu-0, gpu-1, gpu-2, gpu-3, gpu-4, gpu-5, gpu-6, gpu-7)"
+    )
+
+
+def test_our_opaque_parameters_are_checked(node):
+    good = claim("good", [("gpus", "gpu-0")], configs=[((), TIME_SLICED)])
+    mps = {**TIME_SLICED, "sharing": {"strategy": "MPS"}}
+    bad = claim("bad", [("gpus", "gpu-1")], configs=[(("gpus",), mps)])
+
+    answer = node.preparer(Claims(good, bad)).prepare([named(good), named(bad)])
+
+    assert answer[good["metadata"]["uid"]].error == ""
+    assert answer[bad["metadata"]["uid"]].error == (
+        "status.allocation.devices.config[0].opaque.parameters.sharing.strategy: 'MPS' is not valid;"
+        " expected one of TimeSlicing (MPS is not served)"
+    )
+    assert node.specs() == [os.path.basename(node.spec_path(good["metadata"]["uid"]))]
+
+
+def test_every_claim_is_answered_when_some_fail(node):
+    good = claim("good", [("gpus", "gpu-0")])
+    elsewhere = claim("elsewhere", [("gpus", "gpu-1")], pool="node-b")
+    gone = claim("gone", [("gpus", "gpu-2")])
+
+    def broken_api(namespace, name):
+        if name == "gone":
+            raise RuntimeError("connection reset")
+        return Claims(good, elsewhere)(namespace, name)
+
+    answer = node.preparer(broken_api).prepare([named(good), named(elsewhere), named(gone)])
+
+    assert {uid: bool(result.error) for uid, result in answer.items()} == {
+        good["metadata"]["uid"]: False,
+        elsewhere["metadata"]["uid"]: True,
+        gone["metadata"]["uid"]: True,
+    }
+    assert answer[gone["metadata"]["uid"]].error == (
+        "internal error preparing the claim: RuntimeError('connection reset')"
+    )
+
+
+def test_a_missing_toolkit_spec_fails_the_claim_and_a_later_prepare_redoes_it(node):
+    train = claim("train", [("gpus", "gpu-6")])
+    toolkit = node.toolkit.read_text()
+    node.toolkit.unlink()
+    preparer = node.preparer(Claims(train))
+
+    (failed,) = preparer.prepare([named(train)]).values()
+    assert "systemctl start nvidia-cdi-refresh.service" in failed.error
+    assert preparer.checkpoint.get(train["metadata"]["uid"]).state == STARTED
+
+    node.toolkit.write_text(toolkit)
+    (redone,) = node.preparer(Claims(train)).prepare([named(train)]).values()
+    assert redone.error == ""
+    assert [
+        n["path"] for n in node.spec(train["metadata"]["uid"])["devices"][0]["containerEdits"]["deviceNodes"]
+    ] == ["/dev/nvidia6"]
+
+
+def test_a_prepare_cut_off_after_begin_is_redone(node):
+    """A crash after checkpoint begin: the claim is STARTED, maybe with a spec half done."""
+    train = claim("train", [("gpus", "gpu-1")])
+    uid = train["metadata"]["uid"]
+    Checkpoint.load(node.checkpoint_path).begin(uid, "default", "train")
+    os.makedirs(node.cdi_dir)
+    with open(node.spec_path(uid), "w") as handle:
+        handle.write("{")
+    api = Claims(train)
+
+    preparer = node.preparer(api)
+    assert [c.uid for c in preparer.checkpoint.stale()] == [uid]
+    (result,) = preparer.prepare([named(train)]).values()
+
+    assert result.error == ""
+    assert api.reads == 1
+    assert node.spec(uid)["devices"][0]["name"] == f"{uid}-gpu-1"
+    assert Checkpoint.load(node.checkpoint_path).get(uid).state == COMPLETED
+
+
+def test_unprepare_needs_neither_the_api_nor_nvml(node):
+    train = claim("train", [("gpus", "gpu-0"), ("gpus", "gpu-7")])
+    node.preparer(Claims(train)).prepare([named(train)])
+    assert len(node.specs()) == 1
+
+    api = Claims()  # the claim is gone from the API
+    restarted = node.preparer(api, devices={})  # and NVML found no GPU
+    assert restarted.unprepare([named(train)]) == {train["metadata"]["uid"]: ""}
+    assert restarted.unprepare([named(train)]) == {train["metadata"]["uid"]: ""}
+
+    assert api.reads == 0
+    assert node.specs() == []
+    assert Checkpoint.load(node.checkpoint_path).get(train["metadata"]["uid"]) is None
+
+
+def test_unprepare_of_a_claim_never_prepared_succeeds(node):
+    assert node.preparer(Claims()).unprepare([Claim("default", "a1b2", "never")]) == {"a1b2": ""}
+
+
+class ClaimHandler(http.server.BaseHTTPRequestHandler):
+    """GET /apis/resource.k8s.io/v1/namespaces/<namespace>/resourceclaims/<name> from ApiServer."""
+
+    def do_GET(self):
+        parts = self.path.split("?")[0].strip("/").split("/")
+        found = self.server.claims.get((parts[4], parts[6])) if len(parts) == 7 else None
+        status = self.server.status or (200 if found else 404)
+        body = json.dumps(found if status == 200 else {"kind": "Status", "code": status}).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        """Quiet: the test says what went wrong."""
+
+
+class ApiServer(http.server.ThreadingHTTPServer):
+    """An API server that serves one call: GET a ResourceClaim."""
+
+    def __init__(self, claims):
+        self.claims = {(c["metadata"]["namespace"], c["metadata"]["name"]): c for c in claims}
+        self.status = None  # set to answer every GET with that status
+        super().__init__(("127.0.0.1", 0), ClaimHandler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    def resource_api(self):
+        configuration = kube.Configuration(host="http://127.0.0.1:%d" % self.server_address[1])
+        return kube.ResourceV1Api(kube.ApiClient(configuration))
+
+
+def test_the_kubernetes_clients_claim_reads_as_the_apis_json():
+    train = claim("train", [("big/h100", "gpu-3")], namespace="team-a", configs=[((), TIME_SLICED)])
+    server = ApiServer([train])
+    try:
+        read = dra_claims.api_reader(server.resource_api())
+        document = dra_claims.read_claim(read, "team-a", "train", train["metadata"]["uid"])
+        assert dra_claims.our_devices(document, "gpu.gpuops.k8s", POOL) == (
+            dra_claims.AllocatedDevice("big", "gpu-3"),
+        )
+        (config,) = dra_claims.our_configs(document, "gpu.gpuops.k8s")
+        assert config.parameters == TIME_SLICED
+
+        assert read("team-a", "gone") is None
+        server.status = 403
+        with pytest.raises(
+            dra_claims.ClaimReadError, match="claim team-a/train: cannot be read from the API"
+        ):
+            read("team-a", "train")
+    finally:
+        server.shutdown()
+
+
+REAL_H100 = os.path.join(os.path.dirname(__file__), "..", "fixtures", "real_gpu", "h100-80gb-hbm3")
+REAL_UUID = "GPU-00000000-0000-4000-8000-000000000000"
+
+
+def test_a_claim_spec_on_the_toolkit_spec_of_a_real_h100(tmp_path):
+    """nvidia-ctk 1.20.1's spec on driver 580.159.04 (tests/fixtures/real_gpu/h100-80gb-hbm3)."""
+    toolkit = os.path.join(REAL_H100, "nvidia.yaml")
+    uid = "7d0c6b52-3f1e-4a8b-9c2d-5e6f7a8b9c0d"
+    real = claim("train", [("gpu", "gpu-0")], uid=uid)
+    preparer = Preparer(
+        Checkpoint.load(str(tmp_path / "checkpoint.json")),
+        ClaimSpecs(str(tmp_path / "cdi"), toolkit),
+        gpu_devices([{"index": 0, "uuid": REAL_UUID}]),
+        Claims(real),
+        pool=POOL,
+    )
+
+    (result,) = preparer.prepare([named(real)]).values()
+
+    assert result.error == ""
+    assert result.devices[0].cdi_device_ids == (f"k8s.gpu.gpuops.k8s/claim={uid}-gpu-0",)
+    with open(toolkit) as handle:
+        generated = yaml.safe_load(handle)
+    with open(tmp_path / "cdi" / f"k8s.gpu.gpuops.k8s-claim_{uid}.json") as handle:
+        spec = json.load(handle)
+    (by_uuid,) = [d for d in generated["devices"] if d["name"] == REAL_UUID]
+    assert spec == {
+        "cdiVersion": "0.5.0",
+        "kind": "k8s.gpu.gpuops.k8s/claim",
+        "devices": [{"name": f"{uid}-gpu-0", "containerEdits": by_uuid["containerEdits"]}],
+        "containerEdits": generated["containerEdits"],
+    }
+    (hook,) = spec["devices"][0]["containerEdits"]["hooks"]
+    assert hook["args"][-2:] == ["--gpu-id", REAL_UUID]
+    assert len(spec["containerEdits"]["mounts"]) == 35  # the driver's files, as the README counts them
