@@ -38,7 +38,8 @@ import re
 from collections.abc import Mapping
 from datetime import datetime, timezone
 
-DRIVER = "gpu.gpuops.k8s"
+from .devices import DRIVER, device_name
+
 STANDARD_DOMAIN = "resource.kubernetes.io/"  # upstream's standard attributes (deviceattribute)
 
 MAX_DEVICES_PER_SLICE = 128
@@ -210,7 +211,7 @@ def memory_quantity(mib: int) -> str:
 
 
 def _gpu_device(gpu: dict, system: Mapping, domain: str | None) -> dict:
-    name = f"gpu-{gpu['index']}"
+    name = device_name(gpu["index"])
     attributes = _common_attributes(name, gpu, system)
     attributes["type"] = {"string": "gpu"}
     attributes["uuid"] = _string_attribute(name, "uuid", gpu["uuid"])
@@ -225,7 +226,7 @@ def _gpu_device(gpu: dict, system: Mapping, domain: str | None) -> dict:
 
 def _mig_device(gpu: dict, mig: dict, system: Mapping) -> dict:
     gi, ci = _mig_ids(gpu, mig)
-    name = f"gpu-{gpu['index']}-mig-{gi}-{ci}"
+    name = f"{device_name(gpu['index'])}-mig-{gi}-{ci}"
     attributes = _common_attributes(name, gpu, system)
     attributes["type"] = {"string": "mig"}
     attributes["uuid"] = _string_attribute(name, "uuid", mig["uuid"])
@@ -243,9 +244,8 @@ def _mig_ids(gpu: dict, mig: dict) -> tuple[int, int]:
     """The MIG device's GPU and compute instance IDs, which make its name."""
     gi, ci = mig.get("gpu_instance_id"), mig.get("compute_instance_id")
     if gi is None or ci is None:
-        raise SliceSpecError(
-            f"MIG {mig['uuid']} on gpu-{gpu['index']}", "name", "NVML gave no GPU or compute instance ID"
-        )
+        where = f"MIG {mig['uuid']} on {device_name(gpu['index'])}"
+        raise SliceSpecError(where, "name", "NVML gave no GPU or compute instance ID")
     return gi, ci
 
 
