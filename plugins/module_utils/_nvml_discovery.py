@@ -219,9 +219,32 @@ def _nvlink_remotes(handle):
 
 # go-nvlib's IsFabricAttached: nvmlDeviceGetGpuFabricInfo where the driver's library has
 # it, else nvmlDeviceGetGpuFabricInfoV with the v2 struct (same fields, and a version).
+class _FabricInfo(ctypes.Structure):
+    """nvmlGpuFabricInfo_t as nvml.h lays it out. Not the bindings' own: Debian's
+    python3-pynvml 11.525 and 12.550 declare clusterUuid as 80 chars (11.525 also names
+    cliqueId partitionId), so NVML's answer would be read at the wrong offsets."""
+
+    _fields_ = [
+        ("clusterUuid", ctypes.c_uint8 * 16),  # NVML_GPU_FABRIC_UUID_LEN
+        ("status", ctypes.c_uint),
+        ("cliqueId", ctypes.c_uint32),
+        ("state", ctypes.c_uint),
+    ]
+
+
+class _FabricInfoV2(ctypes.Structure):
+    """nvmlGpuFabricInfo_v2_t, with its version word (nvmlGpuFabricInfo_v2)."""
+
+    _fields_ = [("version", ctypes.c_uint), *_FabricInfo._fields_, ("healthMask", ctypes.c_uint32)]
+
+    def __init__(self):
+        super(_FabricInfoV2, self).__init__(version=ctypes.sizeof(_FabricInfoV2) | 2 << 24)
+
+
+# The bindings' calls, in the order go-nvlib tries them, and the struct each fills.
 _FABRIC_CALLS = (
-    ("nvmlDeviceGetGpuFabricInfo", "c_nvmlGpuFabricInfo_t"),
-    ("nvmlDeviceGetGpuFabricInfoV", "c_nvmlGpuFabricInfo_v2_t"),
+    ("nvmlDeviceGetGpuFabricInfo", _FabricInfo),
+    ("nvmlDeviceGetGpuFabricInfoV", _FabricInfoV2),
 )
 
 
@@ -232,9 +255,9 @@ def _fabric(handle):
     cannot say: neither call is in the bindings or the driver, or the query failed.
     """
     for call, struct in _FABRIC_CALLS:
-        if not hasattr(pynvml, call) or not hasattr(pynvml, struct):
+        if not hasattr(pynvml, call):
             continue  # bindings older than the call
-        info = getattr(pynvml, struct)()
+        info = struct()
         try:
             getattr(pynvml, call)(handle, ctypes.byref(info))
         except pynvml.NVMLError as error:
@@ -246,16 +269,8 @@ def _fabric(handle):
             if code == pynvml.NVML_ERROR_NOT_SUPPORTED:
                 return facts.gpu_fabric(facts.FABRIC_NOT_SUPPORTED)
             return None
-        return facts.gpu_fabric(info.state, info.status, _raw_field(info, "clusterUuid"), info.cliqueId)
+        return facts.gpu_fabric(info.state, info.status, bytes(info.clusterUuid), info.cliqueId)
     return None
-
-
-def _raw_field(struct, name):
-    """A char-array field's bytes as NVML wrote them. Reading the attribute would not do:
-    bindings that decode char arrays to text (Debian's python3-pynvml 11.525) fail on a
-    binary UUID, and ctypes stops a char array at its first NUL byte."""
-    field = getattr(type(struct), name)
-    return ctypes.string_at(ctypes.addressof(struct) + field.offset, field.size)
 
 
 def _gpu(index, handle, sysfs_root):

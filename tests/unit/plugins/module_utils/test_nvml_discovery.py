@@ -14,6 +14,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import ctypes
+import struct
 import types
 
 import pytest
@@ -114,33 +115,28 @@ def test_fabric(monkeypatch, case, fake, calls, fabric):
     assert fake.calls == calls
 
 
-class DecodingFabricInfo(ctypes.Structure):
-    """nvmlGpuFabricInfo_t as Debian's python3-pynvml 11.525 declares it: a char array whose
-    value the bindings decode as UTF-8 when it is read."""
+class DebianFabricInfo(ctypes.Structure):
+    """nvmlGpuFabricInfo_t as Debian's python3-pynvml 11.525 declares it: 80 chars for the
+    UUID, partitionId for cliqueId; NVML fills the 28 bytes nvml.h lays out."""
 
     _fields_ = [
-        ("clusterUuid", ctypes.c_char * 16),
+        ("clusterUuid", ctypes.c_char * 80),
         ("status", ctypes.c_uint),
-        ("cliqueId", ctypes.c_uint32),
+        ("partitionId", ctypes.c_uint32),
         ("state", ctypes.c_uint),
     ]
 
-    def __getattribute__(self, name):
-        value = super(DecodingFabricInfo, self).__getattribute__(name)
-        return value.decode() if isinstance(value, bytes) else value
 
-
-def test_a_binary_cluster_uuid_is_read_as_nvml_wrote_it(monkeypatch):
+def test_nvml_is_read_with_its_own_layout_not_the_bindings(monkeypatch):
     # Not UTF-8, and a NUL byte inside: neither may cut or break the UUID.
     cluster = bytes.fromhex("91002a4e58b04c3d9e210a7b5c9d3e12")
 
     def fabric_info(_handle, ref):
-        info = ref._obj
-        info.state, info.status, info.cliqueId = 3, 0, 9
-        ctypes.memmove(ctypes.addressof(info), cluster, 16)
+        layout = struct.pack("=16sIII", cluster, 0, 9, 3)  # uuid, status, cliqueId, state
+        ctypes.memmove(ctypes.addressof(ref._obj), layout, len(layout))
 
     fake = fake_pynvml(bindings=())
-    fake.nvmlDeviceGetGpuFabricInfo, fake.c_nvmlGpuFabricInfo_t = fabric_info, DecodingFabricInfo
+    fake.nvmlDeviceGetGpuFabricInfo, fake.c_nvmlGpuFabricInfo_t = fabric_info, DebianFabricInfo
     monkeypatch.setattr(nvml, "pynvml", fake)
     assert nvml._fabric("handle") == dict(registered(9), cluster_uuid="91002a4e-58b0-4c3d-9e21-0a7b5c9d3e12")
 
