@@ -6,7 +6,7 @@
 # Build the NVIDIA Container Toolkit from NVIDIA's Go source and publish it as a signed
 # apt repository laid out like NVIDIA's, for the lab (no internet, so NVIDIA's own
 # repository cannot be reached):
-#   lab/toolkit/build.sh [VERSION...]     (default: v1.20.1 v1.17.8)
+#   lab/toolkit/build.sh [VERSION...]     (default: v1.20.2 v1.17.8)
 # Prints the repository's root as its last line:
 #   ROOT/stable/deb/<arch>/   *.deb, Packages(.gz), Release, InRelease, Release.gpg
 #   ROOT/gpgkey               the signing key, ASCII-armored
@@ -44,11 +44,11 @@
 set -euo pipefail
 shopt -s inherit_errexit
 MODULE=github.com/NVIDIA/nvidia-container-toolkit
-# v1.20.1: the newest release the module proxy serves (`go list -m -versions`, 2026-11-24).
+# v1.20.2: the newest release the module proxy serves (v1.21.0 answers 403, 2026-11-28).
 # v1.17.8: an older release for pinning across versions; it predates the nvidia-cdi-refresh
 # units (v1.19.0), so the role's own refresh units are tested on it.
 versions=("$@")
-[ ${#versions[@]} -gt 0 ] || versions=(v1.20.1 v1.17.8)
+[ ${#versions[@]} -gt 0 ] || versions=(v1.20.2 v1.17.8)
 cache=${GPUOPS_LAB_CACHE:-$HOME/.cache/gpuops-lab}
 self=${BASH_SOURCE[0]}
 say() { echo "toolkit/build.sh: $*" >&2; }

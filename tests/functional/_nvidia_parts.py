@@ -12,7 +12,7 @@ from pathlib import Path
 
 from conftest import REPO, run_module
 
-TOOLKIT_VERSION = "v1.20.1"
+TOOLKIT_VERSION = "v1.20.2"
 
 
 def sh(*argv):

@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """gpuops.k8s.nvidia_cdi_spec with NVIDIA's parts on both sides: nvidia-ctk from NVIDIA's
-Container Toolkit (built from its Go source at v1.20.1, lab/toolkit/build.sh, taken out of
+Container Toolkit (built from its Go source at v1.20.2, lab/toolkit/build.sh, taken out of
 its nvidia-container-toolkit-base package) generating over NVIDIA's mock NVML and mock
 CUDA in a driver root laid out as NVIDIA's mock deployment does (lab/driver/driver-root.sh:
 the libraries, and device nodes made with mknod).

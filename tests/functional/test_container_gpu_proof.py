@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """A GPU inside a container, through NVIDIA's parts only: NVIDIA's nvidia-container-runtime
-(v1.20.1 from its Go source, in CDI mode) runs a container whose NVML query, over NVIDIA's
+(v1.20.2 from its Go source, in CDI mode) runs a container whose NVML query, over NVIDIA's
 mock NVML injected from a driver root (lab/driver/driver-root.sh), lists exactly the GPU
 requested. The CDI spec comes from gpuops.k8s.nvidia_cdi_spec.
 

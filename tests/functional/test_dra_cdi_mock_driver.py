@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The DRA front end's per-claim CDI spec on NVIDIA's parts: made from the spec nvidia-ctk
-(v1.20.1, built from its Go source) generates over the lab's mock driver, and read back by
+(v1.20.2, built from its Go source) generates over the lab's mock driver, and read back by
 nvidia-ctk's own CDI library (`nvidia-ctk cdi list`, the registry containerd and CRI-O use).
 
 The claim's devices must be listed (a spec the registry refuses lists nothing of it, and a

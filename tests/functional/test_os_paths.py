@@ -120,7 +120,7 @@ def test_ubuntu_2204_driver_and_toolkit(tmp_path):
     # Ubuntu is of the Debian family: the toolkit's flat apt repository, amd64.
     assert got["__nvidia_container_toolkit_repository_url"] == NVIDIA_TOOLKIT_REPO + "/deb/$(ARCH)"
     assert got["__nvidia_container_toolkit_probe_url"] == NVIDIA_TOOLKIT_REPO + "/deb/amd64/InRelease"
-    assert got["__nvidia_container_toolkit_package_specs"] == [p + "=1.20.1-1" for p in TOOLKIT_PACKAGES]
+    assert got["__nvidia_container_toolkit_package_specs"] == [p + "=1.20.2-1" for p in TOOLKIT_PACKAGES]
     assert got["nvidia_container_toolkit_key_url"] == "https://nvidia.github.io/libnvidia-container/gpgkey"
     source = [line for line in got["toolkit_source"].splitlines() if not line.startswith("#")]
     assert source == [
@@ -188,7 +188,7 @@ def test_rhel9_driver_module_stream_and_repositories(tmp_path):
     )
     assert got["toolkit_gpgkey"] == "file:///etc/pki/rpm-gpg/RPM-GPG-KEY-nvidia-container-toolkit"
     assert got["toolkit_repo_gpgcheck"] is True
-    assert got["__nvidia_container_toolkit_package_specs"] == [p + "-1.20.1-1" for p in TOOLKIT_PACKAGES]
+    assert got["__nvidia_container_toolkit_package_specs"] == [p + "-1.20.2-1" for p in TOOLKIT_PACKAGES]
 
 
 def test_rhel9_arm_headless_from_a_mirror(tmp_path):

@@ -3,7 +3,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """What the nvidia_container_toolkit role leaves on a lab node, read from the node itself.
 
-The packages come from lab/toolkit/build.sh: NVIDIA's Go source at v1.20.1 (and 1.17.8,
+The packages come from lab/toolkit/build.sh: NVIDIA's Go source at v1.20.2 (and 1.17.8,
 which side_effect.yml pins and removes again), NVIDIA's package names, versions and
 dependencies, built by the lab (not by NVIDIA). The node has no NVIDIA driver.
 Each check is one command: testinfra's ansible backend pays seconds per command.
@@ -13,7 +13,7 @@ import json
 import os
 import tomllib
 
-PINNED = "1.20.1-1"
+PINNED = "1.20.2-1"
 KEYRING = "/etc/apt/keyrings/nvidia-container-toolkit-keyring.asc"
 MIRROR_KEY = "/srv/nvidia-mirror/gpgkey"
 SOURCE = "/etc/apt/sources.list.d/nvidia-container-toolkit.sources"
@@ -34,13 +34,13 @@ def test_the_base_package_is_installed_at_the_pin_and_held_and_nothing_else_of_t
 def test_the_programs_are_elf_binaries_built_from_nvidias_source_at_the_pin(host):
     magic = "for f in %s; do head -c 4 $f | od -An -c | tr -d ' '; done" % " ".join(PROGRAMS)
     out = host.check_output("nvidia-ctk --version && " + magic)
-    assert out.splitlines() == ["NVIDIA Container Toolkit CLI version 1.20.1"] + ["177ELF"] * len(PROGRAMS)
+    assert out.splitlines() == ["NVIDIA Container Toolkit CLI version 1.20.2"] + ["177ELF"] * len(PROGRAMS)
     # Marked as the lab's build of NVIDIA's source, so nobody takes it for NVIDIA's package.
     field = host.check_output(
         "dpkg-query --show --showformat='${Gpuops-Lab-Build}' nvidia-container-toolkit-base"
     )
     assert field.endswith(
-        "from github.com/NVIDIA/nvidia-container-toolkit@v1.20.1; not a package built by NVIDIA"
+        "from github.com/NVIDIA/nvidia-container-toolkit@v1.20.2; not a package built by NVIDIA"
     )
 
 
