@@ -134,6 +134,33 @@ def resolve(inventory, names, *, facts=None, exprs=None, extra=None, limit=None,
     return results
 
 
+def role_file_tree(role, name, path):
+    """gpuops.k8s.file_tree's result for a role's dict of files (the variable `name`), copied
+    to path by playbooks/role_file_tree.yml as the role's task copies it."""
+    command = [
+        str(VENV_BIN / "ansible-playbook"),
+        "-i",
+        "localhost,",
+        str(PLAYBOOK.with_name("role_file_tree.yml")),
+        "-e",
+        json.dumps(
+            {
+                "role_path": str(ROLES / role),
+                "role_file_tree_var": name,
+                "role_file_tree_path": str(path),
+                "ansible_connection": "local",
+                "ansible_python_interpreter": str(VENV_BIN / "python"),
+            }
+        ),
+    ]
+    proc = run_ansible(command)
+    for play in proc["json"]["plays"]:
+        for task in play["tasks"]:
+            if task["task"]["name"] == "Copy the files of the variable role_file_tree_var names":
+                return task["hosts"]["localhost"]
+    raise AssertionError("role_file_tree.yml reported nothing:\n%s" % proc["text"])
+
+
 def run_ansible(command, *, expect_rc=0, timeout=300):
     """Run an ansible CLI with the JSON callback; return {'json': ..., 'text': ..., 'rc': ...}."""
     env = ansible_env()

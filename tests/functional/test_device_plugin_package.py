@@ -8,7 +8,6 @@ one set of pins, one version, and a build backend the package accepts."""
 import compileall
 import email
 import os
-import shutil
 import tomllib
 import zipfile
 
@@ -17,7 +16,7 @@ import yaml
 from conftest import REPO
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
-from resolve import resolve
+from resolve import resolve, role_file_tree
 
 ROLE = REPO / "roles" / "device_plugin"
 PACKAGE = ROLE / "files" / "gpuops-device-plugin"
@@ -35,17 +34,23 @@ def package_files():
 
 
 @pytest.fixture(scope="module")
-def copied(tmp_path_factory):
-    """What the role copies: __device_plugin_source_files as a play resolves it."""
+def resolved(tmp_path_factory):
+    """__device_plugin_source_files and __device_plugin_source (what the role's file_tree
+    task copies: name -> content) as a play resolves them."""
     # Bytecode next to the sources, as any import of them leaves it: it must not travel.
     compileall.compile_dir(PACKAGE / "gpuops_device_plugin", quiet=1)
-    result = resolve(
+    return resolve(
         "localhost,",
-        ["__device_plugin_source_files"],
+        ["__device_plugin_source_files", "__device_plugin_source"],
         extra={"role_path": str(ROLE)},
         tmp_path=tmp_path_factory.mktemp("resolve"),
-    )
-    return result["localhost"]["__device_plugin_source_files"]
+    )["localhost"]
+
+
+@pytest.fixture(scope="module")
+def copied(resolved):
+    """The names of the files the role copies."""
+    return resolved["__device_plugin_source_files"]
 
 
 def test_the_role_copies_the_whole_package_and_nothing_else(copied):
@@ -55,12 +60,18 @@ def test_the_role_copies_the_whole_package_and_nothing_else(copied):
     assert not [f for f in copied if f.startswith("tests/") or "__pycache__" in f]
 
 
+def test_the_role_copies_each_files_content_links_followed(resolved, copied):
+    source = resolved["__device_plugin_source"]
+    assert sorted(source) == copied
+    assert all(source[name] == (PACKAGE / name).read_text(encoding="utf-8") for name in copied)
+
+
 def test_the_wheel_built_from_that_copy(copied, tmp_path, monkeypatch):
     buildapi = pytest.importorskip("flit_core.buildapi", reason="flit_core: requirements/dev.txt (make venv)")
     source = tmp_path / "src"
-    for name in copied:  # links followed, as ansible.builtin.copy does
-        (source / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(PACKAGE / name, source / name)
+    # The copy the role's task makes: gpuops.k8s.file_tree with the same dict.
+    result = role_file_tree("device_plugin", "__device_plugin_source", source)
+    assert result["changed"] is True and result["removed"] == [], result
     monkeypatch.chdir(source)
     wheel = zipfile.ZipFile(tmp_path / buildapi.build_wheel(str(tmp_path)))
     version = "gpuops_device_plugin-%s" % yaml.safe_load((REPO / "galaxy.yml").read_text())["version"]

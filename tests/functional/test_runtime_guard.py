@@ -23,6 +23,7 @@ import tomllib
 import pytest
 import yaml
 from conftest import playbook
+from resolve import resolve, role_file_tree
 from runtimes import containerd_dump, dockerd_validate, runtime_root
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -391,6 +392,44 @@ def test_the_guard_ships_the_plan_the_module_uses():
     for name in wanted:
         link = os.path.join(shipped, name)
         assert os.path.islink(link) and os.path.realpath(link) == os.path.join(package, name), name
+
+
+def test_the_role_installs_the_guards_python_files_and_nothing_else(tmp_path):
+    """What drift_guard_files.yml gives gpuops.k8s.file_tree (resolved by the real
+    ansible-playbook): every .py file of the package, links followed, under the same
+    names; installed by the module, the guard runs from there."""
+    program = resolve(
+        "localhost,",
+        ["__container_runtime_guard_program"],
+        extra={"role_path": os.path.join(REPO, "roles", "container_runtime")},
+        tmp_path=tmp_path,
+    )["localhost"]["__container_runtime_guard_program"]
+    package = os.path.join(PACKAGE_PARENT, "gpuops_runtime_guard")
+    wanted = {}
+    for root, dirs, files in os.walk(package):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        for name in files:
+            if name.endswith(".py"):
+                with open(os.path.join(root, name), encoding="utf-8") as handle:
+                    wanted[os.path.relpath(os.path.join(root, name), PACKAGE_PARENT)] = handle.read()
+    assert "gpuops_runtime_guard/_runtime/plan.py" in wanted
+    assert program == wanted
+
+    lib = tmp_path / "lib"
+    installed = role_file_tree("container_runtime", "__container_runtime_guard_program", lib)
+    assert installed["changed"] is True and installed["removed"] == [], installed
+    # Byte for byte: the contents come from lookups, never templated (k3s.py holds "{{ template").
+    assert {name: (lib / name).read_text(encoding="utf-8") for name in wanted} == wanted
+    env = dict(os.environ, PYTHONPATH=str(lib), PYTHONDONTWRITEBYTECODE="1")
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpuops_runtime_guard", "--help"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0 and "--config" in proc.stdout, proc.stderr
 
 
 def test_the_role_restarts_the_service_the_table_names():
