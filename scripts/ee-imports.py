@@ -26,9 +26,10 @@ from pathlib import Path
 PACKAGE = "ansible_collections.gpuops.k8s.plugins"
 # Which side each plugin runs on, by file name (module_utils are matched by prefix).
 CONTROLLER_MODULES = {"gpu_node"}
-NODE_MODULES = {"gpu_info", "nvidia_runtime", "nvidia_cdi_spec"}
-# _doctor: the doctor_findings filter's diagnosis, run by the controller.
-CONTROLLER_UTILS_PREFIXES = ("_node_labels", "_node_api", "_doctor")
+NODE_MODULES = {"gpu_info", "nvidia_runtime", "nvidia_cdi_spec", "kubelet_info", "file_tree"}
+# _doctor: the doctor_findings filter's diagnosis, run by the controller; _kubelet too, which
+# it reads with (kubelet_info also takes it to the node: the stricter side checks it).
+CONTROLLER_UTILS_PREFIXES = ("_node_labels", "_node_api", "_doctor", "_kubelet")
 NODE_UTILS_PREFIXES = (
     "_gpu_facts",
     "_gpu_info",
@@ -37,6 +38,7 @@ NODE_UTILS_PREFIXES = (
     "_cdi_spec",
     "_nvml_",
     "_runtime",
+    "_file_tree",
 )
 # Flags the controller-side plugins set when a library failed to import.
 IMPORT_FLAGS = {"_node_api": ("K8S_CORE_ERROR", "KUBERNETES_ERROR")}
