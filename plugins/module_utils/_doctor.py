@@ -273,6 +273,19 @@ def _kubelet(obs, settings):
     """A kubelet that exits at start on this cgroup v1 host (KEP-5573), or will once it is
     at the release the inventory names (settings kubelet_version)."""
     kubelet = obs["kubelet"]
+    if kubelet.get("version") and kubelet.get("config_error"):
+        # Not "failCgroupV1 unset": what the file says is unknown, and a kubelet whose
+        # configuration does not parse exits at start on any host.
+        return [
+            finding(
+                "kubelet",
+                FAIL,
+                "the kubelet (%s) cannot start: its configuration cannot be read (%s)"
+                % (kubelet["version"], kubelet["config_error"]),
+                "repair or restore the file (the kubelet logs the same parse error at start), "
+                "then restart the kubelet",
+            )
+        ]
     if kubelet.get("cgroup_version") != 1:
         return []
     fail_cgroup_v1 = (kubelet.get("config") or {}).get("failCgroupV1")

@@ -352,6 +352,20 @@ def test_an_upgrade_the_inventory_plans_is_a_warning_before_it_happens():
     assert found["fix"] == KUBELET_FIX
 
 
+def test_a_kubelet_configuration_that_cannot_be_read_is_named_not_taken_for_unset():
+    broken = dict(kubelet(config={}), config_error="/var/lib/kubelet/config.yaml: Expecting value: line 1")
+    assert only(diagnose({"kubelet": broken})) == {
+        "check": "kubelet",
+        "severity": "fail",
+        "message": "the kubelet (v1.37.2) cannot start: its configuration cannot be read "
+        "(/var/lib/kubelet/config.yaml: Expecting value: line 1)",
+        "fix": "repair or restore the file (the kubelet logs the same parse error at start), "
+        "then restart the kubelet",
+    }
+    # On cgroup v2 too: the file stops the kubelet whatever the host.
+    assert only(diagnose({"kubelet": dict(broken, cgroup_version=2)}))["severity"] == "fail"
+
+
 @pytest.mark.parametrize(
     "observed, target",
     [
