@@ -130,7 +130,7 @@ def on_node(node, module, args):
 def provisioned_containerd_config():
     """The node's own containerd settings, as lab/nodes.py's provisioning wrote them."""
     sys.path.insert(0, str(ROOT / "lab"))
-    from nodes import containerd_config  # noqa: PLC0415 - the lab's own, found at run time
+    from lablib.node_join import containerd_config  # noqa: PLC0415 - the lab's own, found at run time
 
     return containerd_config()
 
