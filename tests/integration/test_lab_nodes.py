@@ -300,6 +300,7 @@ def gpu_nodes(nodes, fleet, oldest_line_bin):
     predicted_oldest = playbook_changes(GPU_PLAYBOOK, extra_vars, fleet, check=True, **oldest)
     first = playbook_changes(GPU_PLAYBOOK, extra_vars, fleet)
     second = playbook_changes(GPU_PLAYBOOK, extra_vars, fleet)
+    converged_check = playbook_changes(GPU_PLAYBOOK, extra_vars, fleet, check=True)
     second_oldest = playbook_changes(GPU_PLAYBOOK, extra_vars, fleet, **oldest)
     # Only what is not there: cluster_addons owns the nvidia one where a test made it.
     made = [
@@ -313,6 +314,7 @@ def gpu_nodes(nodes, fleet, oldest_line_bin):
         "predicted": predicted,
         "first": first,
         "second": second,
+        "converged_check": converged_check,
         "predicted_oldest": predicted_oldest,
         "second_oldest": second_oldest,
     }
@@ -400,6 +402,13 @@ def test_check_mode_on_fresh_nodes_predicts_the_first_runs_changes_exactly(gpu_n
             for run in ("predicted", "first")
         )
         assert predicted == changed, (name, predicted, changed)
+
+
+def test_check_mode_on_converged_nodes_predicts_nothing(gpu_nodes):
+    # The real run after convergence changes nothing (above), so check mode must say so
+    # too: a task that reports a change it would not make (the pip module given
+    # extra_args did) makes every scheduled check run of a fleet look drifted.
+    assert gpu_nodes["converged_check"] == {name: [] for name in EXPECTED}
 
 
 def test_the_oldest_ansible_core_line_predicts_the_same_and_finds_nothing_to_change(gpu_nodes):
