@@ -25,12 +25,13 @@ import threading
 import time
 from collections.abc import Callable
 
-from .discovery import NOT_LISTED, ProbeError
+from .discovery import LOST, NOT_LISTED, ProbeError
 
 LOG = logging.getLogger(__name__)
 WAIT_MS = 250  # how long one event wait blocks; bounds how fast stop() takes effect
-# Fault kinds as health_events counts them ("xid" and "ecc_double_bit" come from events).
-LOST, DEVICE_NODE = "lost", "device_node"
+# A re-probe's fault kind besides NVML's (LOST, NOT_LISTED), as health_events counts them;
+# events count as "xid" and "ecc_double_bit".
+DEVICE_NODE = "device_node"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,7 +1,8 @@
 # Copyright (c) gpuops.k8s contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""health on its own: HealthState, and HealthWatcher's decisions over a fake NVML and clock."""
+"""health on its own: HealthState, and HealthWatcher's decisions over a fake NVML, /dev and
+clock (and once over device nodes made with mknod)."""
 
 import dataclasses
 import logging
