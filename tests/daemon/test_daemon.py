@@ -3,15 +3,20 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The daemon as a process: nvidia-ml-py over the mock NVML, a kubelet stand-in over gRPC.
 
-Every RPC, registration order, kubelet restarts, health with recovery, SIGHUP, SIGTERM,
-bad configurations, MIG and metrics.
+Every RPC, registration order, kubelet restarts, health with recovery (XIDs, lost GPUs,
+device nodes), SIGHUP, SIGTERM, bad configurations, MIG and metrics.
 """
 
 import json
 import os
+import random
 import re
 import shutil
 import signal
+import stat
+import statistics
+import subprocess
+import sys
 import time
 
 import grpc
@@ -265,6 +270,98 @@ def test_recovery_can_be_switched_off(kubelet, start, plugin_dir):
     client.wait(lambda d: d.get(H100_UUIDS[0]) == "Unhealthy")
     time.sleep(2)
     assert client.devices[H100_UUIDS[0]] == "Unhealthy"
+
+
+NVIDIA_MAJOR = 195
+NODE_REPEATS = 5
+
+
+def make_node(path, minor):
+    os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(NVIDIA_MAJOR, minor))
+
+
+@pytest.fixture
+def dev_root():
+    """An nvidiaDevRoot whose dev/ holds nvidia0..7 (character devices 195:0..7), as the
+    H100 profile's minor numbers say; the host's /dev is not touched."""
+    if os.geteuid() != 0:
+        pytest.skip("device nodes need mknod: run as root (make test does)")
+    root = short_tempdir("devroot-")
+    os.mkdir(os.path.join(root, "dev"))
+    for minor in range(len(H100_UUIDS)):
+        make_node(os.path.join(root, "dev", "nvidia%d" % minor), minor)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_gpu_whose_device_node_goes_is_unhealthy_until_it_is_back(kubelet, start, plugin_dir, dev_root):
+    """The lab's half-disappearing GPU: /dev/nvidia3 removed under a running daemon, whose
+    NVML session still lists the GPU (the mock filters by /dev/nvidia<N> only at nvmlInit)."""
+    uuid, node = H100_UUIDS[3], os.path.join(dev_root, "dev", "nvidia3")
+    daemon = start(config=write_config(plugin_dir, HEALTH_CONFIG), args=("--nvidia-dev-root", dev_root))
+    client = ready(kubelet)
+    to_unhealthy, to_healthy = [], []
+    for _repeat in range(NODE_REPEATS):
+        # Acting right after the probe the last wait saw would time the worst phase only.
+        time.sleep(random.uniform(0, 0.3))
+        os.unlink(node)
+        gone = time.monotonic()
+        devices = client.wait(lambda d: d.get(uuid) == "Unhealthy")
+        to_unhealthy.append(time.monotonic() - gone)
+        assert sorted(i for i, h in devices.items() if h == "Unhealthy") == [uuid]
+        time.sleep(random.uniform(0, 0.3))
+        make_node(node, 3)
+        back = time.monotonic()
+        client.wait(all_healthy(8))
+        to_healthy.append(time.monotonic() - back)
+    daemon.wait_log("device %s is now Unhealthy: device node of GPU %s: %s is gone" % (uuid, uuid, node))
+    assert "device nodes are not checked" not in daemon.text()
+    text = daemon.metrics()
+    assert 'health_events_total{action="unhealthy",kind="device_node",xid=""} %d.0' % NODE_REPEATS in text
+    assert 'health_events_total{action="healthy",kind="recovery",xid=""} %d.0' % NODE_REPEATS in text
+    # Numbers for the record, not asserts: how fast the kubelet hears of it (-s shows them).
+    for name, times in (("removed -> Unhealthy", to_unhealthy), ("back -> Healthy", to_healthy)):
+        print(
+            "%s over %d repeats (probe 0.2 s, quiet 1 s): p50 %.3f s, max %.3f s"
+            % (name, len(times), statistics.median(times), max(times))
+        )
+
+
+def test_a_node_replaced_by_another_minor_makes_its_gpu_unhealthy(kubelet, start, plugin_dir, dev_root):
+    uuid, node = H100_UUIDS[6], os.path.join(dev_root, "dev", "nvidia6")
+    daemon = start(config=write_config(plugin_dir, HEALTH_CONFIG), args=("--nvidia-dev-root", dev_root))
+    client = ready(kubelet)
+    os.unlink(node)
+    make_node(node, 7)  # a bad udev rule: GPU 7's node under GPU 6's name
+    client.wait(lambda d: d.get(uuid) == "Unhealthy")
+    daemon.wait_log("%s is character device 195:7, not minor 6" % node)
+
+
+def test_without_the_nodes_the_daemon_says_so_once_and_checks_none(kubelet, start, plugin_dir, tmp_path):
+    daemon = start(config=write_config(plugin_dir, HEALTH_CONFIG), args=("--nvidia-dev-root", str(tmp_path)))
+    client = ready(kubelet)
+    time.sleep(0.5)  # a few re-probes
+    assert client.healthy() == sorted(H100_UUIDS)
+    assert daemon.text().count("device nodes are not checked") == 1
+    assert "%s/dev/nvidia0, " % tmp_path in daemon.text()
+
+
+def test_the_probe_over_the_mock_tells_a_gpu_nvml_does_not_list(lib_dir, plugin_dir):
+    """What the daemon's re-probe gets from NVIDIA's mock for a UUID it does not list:
+    NVML_ERROR_NOT_FOUND (a running daemon cannot be shown one: the mock fixes its GPUs at
+    nvmlInit; the watcher's handling of it is test_health's)."""
+    unstarted = Daemon(lib_dir, plugin_dir)
+    env = unstarted.env
+    unstarted.cleanup()
+    script = (
+        "from gpuops_device_plugin.discovery import Nvml\n"
+        "nvml = Nvml(); nvml.start()\n"
+        "print(nvml.probe(%r)); print(nvml.probe('GPU-00000000-0000-0000-0000-000000000000'))\n"
+    ) % H100_UUIDS[0]
+    out = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True, timeout=60
+    ).stdout.splitlines()
+    assert out == ["None", "ProbeError(kind='not_listed', message='Not Found')"]
 
 
 SHARED_CONFIG = """\

@@ -59,7 +59,13 @@ class Plugin:
         )
         if self.config.health_enabled and facts["gpus"]:
             self.watcher = HealthWatcher(
-                self.nvml, facts["gpus"], self.health, self.config, metrics=self.metrics
+                self.nvml,
+                facts["gpus"],
+                self.health,
+                self.config,
+                # The nodes containers are given (pass-device-specs) are the ones checked.
+                dev_dir=os.path.join(self.config.nvidia_dev_root, "dev"),
+                metrics=self.metrics,
             )
             self.watcher.start()
         for endpoint in self.endpoints:

@@ -19,9 +19,28 @@ from ._nvml_discovery import DiscoveryError, NvmlInitFailed, NvmlLibraryNotFound
 
 pynvml = nvml_discovery.pynvml
 
-__all__ = ["DiscoveryError", "Event", "Nvml", "NvmlInitFailed", "NvmlLibraryNotFound"]
+__all__ = [
+    "LOST",
+    "NOT_LISTED",
+    "DiscoveryError",
+    "Event",
+    "Nvml",
+    "NvmlInitFailed",
+    "NvmlLibraryNotFound",
+    "ProbeError",
+]
 
 NO_INSTANCE = 0xFFFFFFFF  # gpuInstanceId / computeInstanceId of an event on a whole GPU
+
+
+# ProbeError kinds: NVML has no GPU with that UUID any more, or has it and it does not answer.
+NOT_LISTED, LOST = "not_listed", "lost"
+
+
+@dataclasses.dataclass(frozen=True)
+class ProbeError:
+    kind: str  # NOT_LISTED or LOST
+    message: str  # NVML's error text
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,12 +112,16 @@ class Nvml:
         instance = None if data.gpuInstanceId == NO_INSTANCE else data.gpuInstanceId
         return Event(uuid, kind, int(data.eventData) if kind == "xid" else None, instance)
 
-    def probe(self, uuid: str) -> str | None:
-        """None when the GPU answers; otherwise NVML's error text."""
+    def probe(self, uuid: str) -> ProbeError | None:
+        """None when the GPU answers; NOT_LISTED when NVML finds no GPU with this UUID; else LOST."""
         try:
             handle = pynvml.nvmlDeviceGetHandleByUUID(uuid)
+        except pynvml.NVMLError as error:
+            kind = NOT_LISTED if getattr(error, "value", None) == pynvml.NVML_ERROR_NOT_FOUND else LOST
+            return ProbeError(kind, str(error))
+        try:
             pynvml.nvmlDeviceGetPciInfo(handle)
             pynvml.nvmlDeviceGetMemoryInfo(handle)
         except pynvml.NVMLError as error:
-            return str(error)
+            return ProbeError(LOST, str(error))
         return None

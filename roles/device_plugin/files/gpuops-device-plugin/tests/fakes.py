@@ -57,9 +57,10 @@ class Clock:
         return self.now
 
 
-def gpu(index, migs=()):
-    """A GPU in gpu_info's shape; migs: gpu_instance_id of each MIG device."""
-    return {
+def gpu(index, migs=(), minor=None):
+    """A GPU in gpu_info's shape; migs: gpu_instance_id of each MIG device; minor: its
+    device node's minor number (gpu_info's minor_number), when the test needs one."""
+    found = {
         "index": index,
         "uuid": "GPU-%d" % index,
         "mig": {
@@ -70,3 +71,6 @@ def gpu(index, migs=()):
             ],
         },
     }
+    if minor is not None:
+        found["minor_number"] = minor
+    return found

@@ -8,10 +8,18 @@ import types
 import pytest
 
 from gpuops_device_plugin import discovery
-from gpuops_device_plugin.discovery import NO_INSTANCE, Event, Nvml, NvmlLibraryNotFound
+from gpuops_device_plugin.discovery import (
+    LOST,
+    NO_INSTANCE,
+    NOT_LISTED,
+    Event,
+    Nvml,
+    NvmlLibraryNotFound,
+    ProbeError,
+)
 
 XID, ECC = 0x8, 0x2  # NVML's event type bits (XidCriticalError, DoubleBitEccError)
-TIMEOUT = 10
+TIMEOUT, NOT_FOUND = 10, 6  # NVML_ERROR_TIMEOUT, NVML_ERROR_NOT_FOUND
 
 
 class NVMLError(Exception):
@@ -20,13 +28,15 @@ class NVMLError(Exception):
         self.value = value
 
 
-def fake_pynvml(supported=None, unregistrable=(), answers=(), waits=(), lost_uuids=()):
+def fake_pynvml(supported=None, unregistrable=(), answers=(), waits=(), lost_uuids=(), *, unlisted=()):
     """A pynvml with the calls discovery makes; `calls` records what was asked."""
     calls = []
     handles = {}
 
     def handle_by_uuid(uuid):
         calls.append(("handle", uuid))
+        if uuid in unlisted:
+            raise NVMLError(NOT_FOUND, "Not Found")
         if uuid not in answers:
             raise NVMLError(15, "GPU is lost")
         return handles.setdefault(uuid, types.SimpleNamespace(uuid=uuid))
@@ -54,6 +64,7 @@ def fake_pynvml(supported=None, unregistrable=(), answers=(), waits=(), lost_uui
         calls=calls,
         NVMLError=NVMLError,
         NVML_ERROR_TIMEOUT=TIMEOUT,
+        NVML_ERROR_NOT_FOUND=NOT_FOUND,
         nvmlEventTypeXidCriticalError=XID,
         nvmlEventTypeDoubleBitEccError=ECC,
         nvmlEventSetCreate=lambda: "event-set",
@@ -155,12 +166,14 @@ def test_wait_returns_none_on_timeout_and_raises_other_errors(monkeypatch):
 
 
 def test_probe_asks_the_gpu_and_returns_nvmls_error_text(monkeypatch):
-    fake = use(monkeypatch, fake_pynvml(answers={"GPU-0"}))
+    fake = use(monkeypatch, fake_pynvml(answers={"GPU-0"}, unlisted={"GPU-2"}))
     nvml = Nvml()
     assert nvml.probe("GPU-0") is None
     assert ("pci", "GPU-0") in fake.calls
     assert ("memory", "GPU-0") in fake.calls
-    assert nvml.probe("GPU-1") == "GPU is lost"
+    assert nvml.probe("GPU-1") == ProbeError(LOST, "GPU is lost")
+    # NVML_ERROR_NOT_FOUND from the lookup by UUID: NVML no longer lists that GPU.
+    assert nvml.probe("GPU-2") == ProbeError(NOT_LISTED, "Not Found")
 
 
 def test_stop_frees_the_event_set(monkeypatch):

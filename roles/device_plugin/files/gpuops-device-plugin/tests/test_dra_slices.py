@@ -11,7 +11,7 @@ from fakes import Clock
 from mock_facts import H100_UUIDS, many_gpus, mock_h100_facts
 
 from gpuops_device_plugin.config import Config
-from gpuops_device_plugin.discovery import Event
+from gpuops_device_plugin.discovery import LOST, Event, ProbeError
 from gpuops_device_plugin.dra import slices
 from gpuops_device_plugin.health import HealthState, HealthWatcher
 
@@ -205,7 +205,7 @@ def unhealthy_after(events=(), down=None):
 def test_health_reasons_become_taints_on_the_devices_they_name():
     state = unhealthy_after(
         events=[Event(H100_UUIDS[1], "xid", 79, None), Event(H100_UUIDS[2], "ecc_double_bit", None, None)],
-        down={H100_UUIDS[3]: "GPU is lost"},
+        down={H100_UUIDS[3]: ProbeError(LOST, "GPU is lost")},
     )
     found = devices_of(build(unhealthy=state.unhealthy()))
     assert found["gpu-1"]["taints"] == [

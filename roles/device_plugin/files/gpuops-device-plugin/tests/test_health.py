@@ -1,15 +1,31 @@
 # Copyright (c) gpuops.k8s contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""health on its own: HealthState, and HealthWatcher's decisions over a fake NVML and clock."""
+"""health on its own: HealthState, and HealthWatcher's decisions over a fake NVML, /dev and
+clock (and once over device nodes made with mknod)."""
 
 import dataclasses
+import logging
+import os
+import stat
+import types
 
+import pytest
 from fakes import Clock, FakeMetrics, gpu
 
 from gpuops_device_plugin.config import Config
-from gpuops_device_plugin.discovery import Event
-from gpuops_device_plugin.health import HealthState, HealthWatcher
+from gpuops_device_plugin.discovery import LOST, NOT_LISTED, Event, ProbeError
+from gpuops_device_plugin.health import (
+    DEVICE_NODE,
+    Fault,
+    HealthState,
+    HealthWatcher,
+    node_problem,
+    probe_fault,
+    watched_nodes,
+)
+
+NVIDIA_MAJOR = 195
 
 
 class FakeNvml:
@@ -18,7 +34,7 @@ class FakeNvml:
     def __init__(self, events=(), unwatchable=(), down=None):
         self.events = list(events)
         self.unwatchable = list(unwatchable)
-        self.down = dict(down or {})  # uuid -> error text
+        self.down = dict(down or {})  # uuid -> ProbeError
         self.probed = []
 
     def watch(self, uuids):
@@ -37,6 +53,24 @@ class FakeNvml:
         return self.down.get(uuid)
 
 
+class FakeDev:
+    """A /dev for os.stat: {path: (is a character device, major, minor)}; others are missing."""
+
+    def __init__(self, nodes=None):
+        self.nodes = dict(nodes or {})
+
+    @classmethod
+    def nvidia(cls, *minors, root="/dev"):
+        return cls({"%s/nvidia%d" % (root, m): (True, NVIDIA_MAJOR, m) for m in minors})
+
+    def __call__(self, path):
+        if path not in self.nodes:
+            raise FileNotFoundError(2, "No such file or directory", path)
+        char, major, minor = self.nodes[path]
+        mode = (stat.S_IFCHR if char else stat.S_IFREG) | 0o666
+        return types.SimpleNamespace(st_mode=mode, st_rdev=os.makedev(major, minor) if char else 0)
+
+
 def watcher(gpus, nvml=None, config=None, **kwargs):
     state = HealthState()
     clock = Clock()
@@ -44,6 +78,10 @@ def watcher(gpus, nvml=None, config=None, **kwargs):
     config = config or Config()
     watch = HealthWatcher(nvml or FakeNvml(), gpus, state, config, metrics=metrics, clock=clock, **kwargs)
     return watch, state, clock, metrics
+
+
+def lost(text="GPU is lost"):
+    return ProbeError(LOST, text)
 
 
 def xid(number, uuid="GPU-0", instance=None):
@@ -133,7 +171,7 @@ def test_an_event_from_a_gpu_that_no_longer_answers_takes_every_gpu():
 
 
 def test_a_gpu_that_does_not_answer_is_unhealthy_and_counted_once():
-    nvml = FakeNvml(down={"GPU-1": "GPU is lost"})
+    nvml = FakeNvml(down={"GPU-1": lost()})
     watch, state, _clock, metrics = watcher([gpu(0), gpu(1)], nvml)
     watch.probe_all()
     watch.probe_all()
@@ -176,7 +214,7 @@ def test_without_recovery_an_unhealthy_gpu_stays_unhealthy():
 
 
 def test_a_lost_gpu_that_answers_again_recovers():
-    nvml = FakeNvml(down={"GPU-0": "GPU is lost"})
+    nvml = FakeNvml(down={"GPU-0": lost()})
     watch, state, clock, _metrics = watcher([gpu(0)], nvml, config=Config(recovery_quiet_seconds=5.0))
     watch.probe_all()
     assert not state.healthy("GPU-0")
@@ -184,6 +222,146 @@ def test_a_lost_gpu_that_answers_again_recovers():
     clock.now += 5
     watch.probe_all()
     assert state.healthy("GPU-0")
+
+
+# The re-probe's verdict: NVML's answer and the device node
+
+
+@pytest.mark.parametrize(
+    ("answer", "node", "fault"),
+    [
+        (None, None, None),
+        (
+            ProbeError(NOT_LISTED, "Not Found"),
+            None,
+            Fault(NOT_LISTED, "NVML no longer lists GPU GPU-3: Not Found"),
+        ),
+        (lost(), None, Fault(LOST, "GPU GPU-3 does not answer: GPU is lost")),
+        (
+            None,
+            "/dev/nvidia3 is gone",
+            Fault(DEVICE_NODE, "device node of GPU GPU-3: /dev/nvidia3 is gone"),
+        ),
+        # NVML's answer wins: a GPU it cannot reach says more than its node.
+        (
+            ProbeError(NOT_LISTED, "Not Found"),
+            "/dev/nvidia3 is gone",
+            Fault(NOT_LISTED, "NVML no longer lists GPU GPU-3: Not Found"),
+        ),
+    ],
+    ids=["fine", "not-listed", "lost", "node-gone", "not-listed-and-node-gone"],
+)
+def test_probe_fault_decides_from_nvml_and_the_device_node(answer, node, fault):
+    assert probe_fault("GPU-3", answer, node) == fault
+
+
+@pytest.mark.parametrize(
+    ("nodes", "problem"),
+    [
+        ({"/dev/nvidia3": (True, NVIDIA_MAJOR, 3)}, None),
+        ({}, "/dev/nvidia3 is gone"),
+        ({"/dev/nvidia3": (False, 0, 0)}, "/dev/nvidia3 is not a character device"),
+        ({"/dev/nvidia3": (True, NVIDIA_MAJOR, 4)}, "/dev/nvidia3 is character device 195:4, not minor 3"),
+    ],
+    ids=["its-node", "gone", "a-file", "another-minor"],
+)
+def test_node_problem_wants_a_character_device_with_the_gpus_minor(nodes, problem):
+    assert node_problem("/dev/nvidia3", 3, stat=FakeDev(nodes)) == problem
+
+
+def test_node_problem_on_real_nodes(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("device nodes need mknod: run as root (make test does)")
+    node = str(tmp_path / "nvidia3")
+    os.mknod(node, 0o600 | stat.S_IFCHR, os.makedev(NVIDIA_MAJOR, 3))
+    assert node_problem(node, 3) is None
+    assert node_problem(node, 2) == "%s is character device 195:3, not minor 2" % node
+    os.unlink(node)
+    assert node_problem(node, 3) == "%s is gone" % node
+    open(node, "w").close()  # a regular file where the node was
+    assert node_problem(node, 3) == "%s is not a character device" % node
+
+
+def test_nodes_are_checked_where_any_gpus_node_is_there(caplog):
+    gpus = [gpu(0, minor=0), gpu(1, minor=1), gpu(2)]
+    with caplog.at_level(logging.WARNING):
+        nodes = watched_nodes(gpus, "/dev", FakeDev.nvidia(0))
+    # GPU 1's node is missing while GPU 0's is there: checked, so it turns unhealthy.
+    assert nodes == {"GPU-0": ("/dev/nvidia0", 0), "GPU-1": ("/dev/nvidia1", 1)}
+    assert caplog.messages == ["NVML gave no minor number for GPU GPU-2: their device nodes are not checked"]
+
+
+def test_no_node_is_checked_where_none_is_there_and_that_is_said_once(caplog):
+    with caplog.at_level(logging.WARNING):
+        nodes = watched_nodes([gpu(0, minor=0), gpu(1, minor=1)], "/srv/dev", FakeDev.nvidia(0, 1))
+    assert nodes == {}
+    assert caplog.messages == [
+        "none of the GPUs' device nodes (/srv/dev/nvidia0, /srv/dev/nvidia1) exists: device nodes "
+        "are not checked (nvidiaDevRoot says where the host's /dev is)"
+    ]
+
+
+def test_a_gpu_whose_device_node_goes_is_unhealthy_with_its_mig_devices_and_comes_back():
+    dev = FakeDev.nvidia(0, 1)
+    config = Config(recovery_quiet_seconds=30.0)
+    gpus = [gpu(0, minor=0), gpu(1, migs=(1,), minor=1)]
+    watch, state, clock, metrics = watcher(gpus, config=config, stat=dev)
+    watch.probe_all()
+    assert state.unhealthy() == {}
+    del dev.nodes["/dev/nvidia1"]
+    watch.probe_all()
+    reason = "device node of GPU GPU-1: /dev/nvidia1 is gone"
+    assert state.unhealthy() == {"GPU-1": reason, "MIG-1-0": reason}
+    watch.probe_all()
+    assert metrics.health_events == [(DEVICE_NODE, "", "unhealthy")]  # counted once
+    clock.now += 60
+    watch.probe_all()  # still gone: the quiet period starts when it is back
+    assert not state.healthy("GPU-1")
+    dev.nodes["/dev/nvidia1"] = (True, NVIDIA_MAJOR, 1)
+    clock.now += 29
+    watch.probe_all()
+    assert not state.healthy("GPU-1")
+    clock.now += 1
+    watch.probe_all()
+    assert state.unhealthy() == {}
+    assert metrics.health_events[-1] == ("recovery", "", "healthy")
+
+
+def test_a_node_recreated_with_another_minor_is_a_fault():
+    dev = FakeDev.nvidia(0, 1)
+    watch, state, _clock, _metrics = watcher([gpu(0, minor=0), gpu(1, minor=1)], stat=dev)
+    dev.nodes["/dev/nvidia1"] = (True, NVIDIA_MAJOR, 0)
+    watch.probe_all()
+    assert state.unhealthy() == {
+        "GPU-1": "device node of GPU GPU-1: /dev/nvidia1 is character device 195:0, not minor 1"
+    }
+
+
+def test_a_node_missing_at_start_beside_present_ones_is_unhealthy_at_the_first_probe():
+    watch, state, _clock, _metrics = watcher([gpu(0, minor=0), gpu(1, minor=1)], stat=FakeDev.nvidia(0))
+    watch.probe_all()
+    assert state.unhealthy() == {"GPU-1": "device node of GPU GPU-1: /dev/nvidia1 is gone"}
+
+
+def test_the_device_directory_is_the_watchers_to_choose():
+    dev = FakeDev.nvidia(0, root="/host/dev")
+    watch, state, _clock, _metrics = watcher([gpu(0, minor=0)], stat=dev, dev_dir="/host/dev")
+    assert watch.nodes == {"GPU-0": ("/host/dev/nvidia0", 0)}
+    del dev.nodes["/host/dev/nvidia0"]
+    watch.probe_all()
+    assert state.unhealthy() == {"GPU-0": "device node of GPU GPU-0: /host/dev/nvidia0 is gone"}
+
+
+def test_a_gpu_nvml_no_longer_lists_is_unhealthy_and_comes_back_when_listed_again():
+    nvml = FakeNvml(down={"GPU-1": ProbeError(NOT_LISTED, "Not Found")})
+    watch, state, clock, metrics = watcher([gpu(0), gpu(1)], nvml, config=Config(recovery_quiet_seconds=5.0))
+    watch.probe_all()
+    assert state.unhealthy() == {"GPU-1": "NVML no longer lists GPU GPU-1: Not Found"}
+    assert metrics.health_events == [(NOT_LISTED, "", "unhealthy")]
+    del nvml.down["GPU-1"]
+    clock.now += 5
+    watch.probe_all()
+    assert state.unhealthy() == {}
 
 
 # HealthWatcher: the thread
