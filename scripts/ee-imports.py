@@ -26,10 +26,18 @@ from pathlib import Path
 PACKAGE = "ansible_collections.gpuops.k8s.plugins"
 # Which side each plugin runs on, by file name (module_utils are matched by prefix).
 CONTROLLER_MODULES = {"gpu_node"}
-NODE_MODULES = {"gpu_info", "nvidia_runtime", "nvidia_cdi_spec", "kubelet_info", "file_tree"}
-# _doctor: the doctor_findings filter's diagnosis, run by the controller; _kubelet too, which
-# it reads with (kubelet_info also takes it to the node: the stricter side checks it).
-CONTROLLER_UTILS_PREFIXES = ("_node_labels", "_node_api", "_doctor", "_kubelet")
+NODE_MODULES = {
+    "gpu_info",
+    "nvidia_runtime",
+    "nvidia_cdi_spec",
+    "kubelet_info",
+    "file_tree",
+    "node_state_info",
+}
+# _doctor (and its rooms _doctor_*): the doctor_findings filter's diagnosis, run by the
+# controller; _kubelet and _node_state too, which it reads with (kubelet_info and
+# node_state_info also take them to the node: the stricter side checks them).
+CONTROLLER_UTILS_PREFIXES = ("_node_labels", "_node_api", "_doctor", "_kubelet", "_node_state")
 NODE_UTILS_PREFIXES = (
     "_gpu_facts",
     "_gpu_info",

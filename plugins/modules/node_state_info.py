@@ -1,0 +1,235 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) gpuops.k8s contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: node_state_info
+short_description: Read what runs on a GPU node, in one call
+version_added: 0.2.0
+description:
+  - Reads, without changing anything, the node-local state the C(gpu_doctor) and
+    C(gpu_validation) roles judge, in one module call instead of one task each.
+  - The NVIDIA kernel module (C(/proc/driver/nvidia/version)) and the major numbers of the
+    NVIDIA drivers in C(/proc/devices).
+  - Every C(/dev/nvidia*) entry (the GPUs' nodes, C(nvidiactl), C(nvidia-uvm),
+    C(nvidia-uvm-tools), C(nvidia-modeset), C(nvidia-caps)) with its type and major and minor
+    numbers.
+  - The state of the systemd units given in O(units), read with one C(systemctl show). A host
+    where systemd is not the init system says so in RV(systemd.available) and does not fail.
+  - The kubelet's device plugin directory, with the plugins' sockets and the devices the
+    kubelet's checkpoint has registered (those it holds healthy), parsed.
+  - A stat of each path in O(paths) (for example the NVIDIA container runtime binary).
+author:
+  - gpuops.k8s maintainers (@gpuops)
+extends_documentation_fragment:
+  - gpuops.k8s.attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+options:
+  units:
+    description:
+      - systemd units whose state to read. A name without a unit type is a service
+        (C(kubelet) is C(kubelet.service)), as for systemctl.
+      - A unit systemd does not know is returned with C(LoadState) V(not-found).
+    type: list
+    elements: str
+    default: []
+  plugin_dir:
+    description: The kubelet's device plugin directory.
+    type: path
+    default: /var/lib/kubelet/device-plugins
+  paths:
+    description: Paths to stat, links followed.
+    type: list
+    elements: path
+    default: []
+  dev_dir:
+    description: Where the device nodes are.
+    type: path
+    default: /dev
+notes:
+  - Reading the kubelet's checkpoint needs root.
+seealso:
+  - module: gpuops.k8s.gpu_info
+  - module: gpuops.k8s.kubelet_info
+"""
+
+EXAMPLES = r"""
+- name: Read the node's state
+  gpuops.k8s.node_state_info:
+    units: [containerd, kubelet, gpuops-device-plugin]
+    paths: [/usr/bin/nvidia-container-runtime]
+  register: node_state
+
+- name: Say whether containerd runs
+  ansible.builtin.debug:
+    msg: >-
+      containerd is {{ node_state.systemd.units['containerd.service'].ActiveState }}
+      ({{ node_state.systemd.units['containerd.service'].SubState }})
+  when: node_state.systemd.available
+
+- name: List the GPUs the kubelet holds healthy
+  ansible.builtin.debug:
+    msg: "{{ node_state.device_plugins.checkpoint.registered['nvidia.com/gpu'] | default([]) }}"
+"""
+
+RETURN = r"""
+driver:
+  description: The NVIDIA kernel module.
+  returned: always
+  type: dict
+  contains:
+    loaded:
+      description: C(/proc/driver/nvidia/version) exists.
+      type: bool
+    version:
+      description: Its NVRM line; null where the module is not loaded.
+      type: str
+      sample: "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.163.01  Tue Apr  8 12:04:31 UTC 2025"
+    majors:
+      description:
+        - The major number of each NVIDIA character device driver in C(/proc/devices)
+          (V(nvidia-frontend) is the GPUs' and C(nvidiactl)'s, 195; V(nvidia-uvm) is chosen at load).
+      type: dict
+      sample: {nvidia-frontend: 195, nvidia-uvm: 510}
+    error:
+      description: Why a file could not be read; null where both were.
+      type: str
+devices:
+  description:
+    - Every C(/dev/nvidia*) entry, by name. C(type) is V(char), V(block), V(directory),
+      V(file), V(socket), V(fifo), V(other) or V(missing) (a dangling link); C(major) and
+      C(minor) are set for devices; C(link) is a link's target, else null.
+  returned: always
+  type: dict
+  sample:
+    nvidia0: {path: /dev/nvidia0, type: char, major: 195, minor: 0, link: null}
+    nvidiactl: {path: /dev/nvidiactl, type: char, major: 195, minor: 255, link: null}
+    nvidia-uvm: {path: /dev/nvidia-uvm, type: char, major: 510, minor: 0, link: null}
+systemd:
+  description: The units of O(units).
+  returned: always
+  type: dict
+  contains:
+    available:
+      description: systemd is the init system (C(/run/systemd/system) exists) and answered.
+      type: bool
+    error:
+      description: Why the units could not be read; null where they were or none were asked.
+      type: str
+      sample: systemd is not the init system here (no /run/systemd/system)
+    units:
+      description:
+        - Each unit by its full name, with its C(LoadState), C(ActiveState), C(SubState),
+          C(Result), and for services C(NRestarts), C(ExecMainCode) and C(ExecMainStatus), as
+          systemctl show prints them (strings).
+      type: dict
+      sample:
+        containerd.service: {LoadState: loaded, ActiveState: inactive, SubState: dead, Result: success,
+                             NRestarts: "0", ExecMainCode: "1", ExecMainStatus: "0"}
+device_plugins:
+  description: The kubelet's device plugin directory.
+  returned: always
+  type: dict
+  contains:
+    dir:
+      description: O(plugin_dir).
+      type: str
+    exists:
+      description: The directory exists.
+      type: bool
+    sockets:
+      description: The plugins' sockets in it (not the kubelet's own C(kubelet.sock)), by name.
+      type: list
+      elements: str
+      sample: [nvidia-gpu.sock]
+    kubelet_socket:
+      description: The kubelet's registration socket C(kubelet.sock) is there.
+      type: bool
+    checkpoint:
+      description:
+        - The kubelet's C(kubelet_internal_checkpoint). C(registered) is its
+          C(RegisteredDevices) by resource, the device IDs the kubelet held healthy when it last
+          wrote the file (on each device update from a plugin and each allocation, not when a
+          plugin disconnects); time-sliced replicas are C(<UUID>::<n>). C(error) says why it
+          could not be read or parsed.
+      type: dict
+      sample:
+        path: /var/lib/kubelet/device-plugins/kubelet_internal_checkpoint
+        exists: true
+        registered: {nvidia.com/gpu: [GPU-4a8e1f07-0c8c-1d2e-a3b4-5c6d7e8f9a0b]}
+        error: null
+paths:
+  description: Each path of O(paths) with C(exists), C(type) (as in RV(devices)) and C(executable).
+  returned: always
+  type: dict
+  sample: {/usr/bin/nvidia-container-runtime: {exists: true, type: file, executable: true}}
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpuops.k8s.plugins.module_utils import _node_state as node_state
+
+
+def read_units(module, units):
+    """The systemd part of the result: one systemctl show for every unit."""
+    result = {"available": node_state.systemd_booted(), "error": None, "units": {}}
+    if not result["available"]:
+        result["error"] = "systemd is not the init system here (no %s)" % node_state.SYSTEMD_RUNTIME_DIR
+        return result
+    if not units:
+        return result
+    systemctl = module.get_bin_path("systemctl")
+    if not systemctl:
+        result.update(available=False, error="systemctl is not installed")
+        return result
+    argv = [systemctl, "show", "--no-pager", "--property=" + ",".join(node_state.UNIT_PROPERTIES), "--"]
+    rc, out, err = module.run_command(argv + units, environ_update={"LC_ALL": "C"})
+    try:
+        if rc != 0:
+            raise node_state.UnitStatesError("systemctl show failed (rc %d): %s" % (rc, err.strip()))
+        result["units"] = node_state.parse_unit_states(out, units)
+    except node_state.UnitStatesError as error:
+        result.update(available=False, error=str(error))
+    return result
+
+
+def gather(module):
+    params = module.params
+    # Once each, in the order given: the result is keyed by unit.
+    units = list(dict.fromkeys(node_state.unit_name(unit) for unit in params["units"] if unit.strip()))
+    return {
+        "changed": False,
+        "driver": node_state.read_driver(),
+        "devices": node_state.read_devices(params["dev_dir"]),
+        "systemd": read_units(module, units),
+        "device_plugins": node_state.read_device_plugins(params["plugin_dir"]),
+        "paths": node_state.read_paths(params["paths"]),
+    }
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            units=dict(type="list", elements="str", default=[]),
+            plugin_dir=dict(type="path", default="/var/lib/kubelet/device-plugins"),
+            paths=dict(type="list", elements="path", default=[]),
+            dev_dir=dict(type="path", default="/dev"),
+        ),
+        supports_check_mode=True,
+    )
+    module.exit_json(**gather(module))
+
+
+if __name__ == "__main__":
+    main()
