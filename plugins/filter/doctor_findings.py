@@ -13,12 +13,12 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.gpuops.k8s.plugins.module_utils._doctor import DoctorInputError, diagnose
 
 
-def doctor_findings(observed, settings, skip=None):
+def doctor_findings(observed, settings, skip=None, only=None):
     """The gpu_doctor findings for one node; see module_utils/_doctor.py."""
     if not isinstance(observed, dict) or not isinstance(settings, dict):
         raise AnsibleFilterError("doctor_findings: the observations and the settings must be dicts")
     try:
-        return diagnose(observed, settings, skip or ())
+        return diagnose(observed, settings, skip or (), only)
     except DoctorInputError as error:
         raise AnsibleFilterError("doctor_findings: %s" % error) from error
 

@@ -16,18 +16,22 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import base64
-import binascii
-import json
-
+from ansible_collections.gpuops.k8s.plugins.module_utils import _doctor_gpus as gpus
+from ansible_collections.gpuops.k8s.plugins.module_utils import _doctor_running as running
+from ansible_collections.gpuops.k8s.plugins.module_utils._doctor_base import (
+    FAIL,
+    WARN,
+    finding,
+    gpu_count,
+    listing,
+    resources,
+)
 from ansible_collections.gpuops.k8s.plugins.module_utils._kubelet import (
     FAIL_CGROUP_V1_DEFAULT_SINCE,
     parse_version,
     refuses_cgroup_v1,
 )
-
-FAIL = "fail"
-WARN = "warn"
+from ansible_collections.gpuops.k8s.plugins.module_utils._node_state import unit_name
 
 # Every check, in the order its findings are reported (gpu_doctor_skip's choices).
 CHECKS = (
@@ -39,6 +43,8 @@ CHECKS = (
     "drift_guard",
     "runtime_class",
     "kubelet",
+    "services",
+    "node_ready",
     "plugin",
     "allocatable",
     "labels",
@@ -48,15 +54,13 @@ CHECKS = (
 # Observations: the registered result each check reads, by name.
 OBSERVATIONS = (
     "gpu",  # gpuops.k8s.gpu_info
-    "driver_module",  # stat of /proc/driver/nvidia/version
-    "device_nodes",  # find of /dev/nvidia[0-9]*
-    "toolkit",  # stat of the NVIDIA container runtime binary
+    # gpuops.k8s.node_state_info: the kernel module, /dev/nvidia*, the systemd units (the
+    # runtime's, the kubelet's, the device plugin's, the drift guard's), the device plugin
+    # directory's sockets and the kubelet's checkpoint, the NVIDIA container runtime binary
+    "node_state",
     "runtime_check",  # gpuops.k8s.nvidia_runtime in check mode (skipped: not checked)
-    "drift_guard",  # systemd_service (no state) looped over the drift guard's units
     "runtime_class_info",  # k8s_info of the RuntimeClass
     "kubelet",  # gpuops.k8s.kubelet_info
-    "plugin_sockets",  # find of *.sock in the device plugin directory
-    "checkpoint",  # slurp of the kubelet's device checkpoint (no content: unreadable)
     "node",  # k8s_info of the Node
     "labels",  # gpuops.k8s.gpu_node in check mode (skipped: not checked)
     "dcgm_pods",  # k8s_info of the dcgm-exporter pods on the node
@@ -68,50 +72,9 @@ class DoctorInputError(ValueError):
     """A check was given its observations but not a setting it needs, or an unknown name."""
 
 
-def finding(check, severity, message, fix):
-    return {"check": check, "severity": severity, "message": message, "fix": fix}
-
-
-def _int(value):
-    """As Jinja's int filter: an int, else int(float(value)), else 0."""
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        try:
-            return int(float(value))
-        except (TypeError, ValueError):
-            return 0
-
-
-def _resources(result):
-    """k8s_info's resources (a failed or skipped read has none)."""
-    return (result or {}).get("resources") or []
-
-
-def gpu_count(gpu):
-    return _int((gpu or {}).get("gpu_count"))
-
-
-def registered_devices(checkpoint, resource):
-    """Device IDs the kubelet's checkpoint (a slurp result) has registered for resource.
-
-    An unreadable checkpoint (no content), or one that is not the kubelet's JSON, has none.
-    """
-    content = (checkpoint or {}).get("content")
-    if not content:
-        return []
-    try:
-        data = json.loads(base64.b64decode(content).decode("utf-8"))
-    except (binascii.Error, ValueError):
-        return []
-    if not isinstance(data, dict):
-        return []
-    devices = ((data.get("Data") or {}).get("RegisteredDevices") or {}).get(resource)
-    return list(devices or [])
-
-
 def _driver_module(obs, _settings):
-    if not obs["driver_module"].get("stat", {}).get("exists"):
+    driver = obs["node_state"].get("driver")
+    if driver is not None and not driver.get("loaded"):
         return [
             finding(
                 "driver_module",
@@ -119,20 +82,6 @@ def _driver_module(obs, _settings):
                 "the NVIDIA kernel module is not loaded (no /proc/driver/nvidia/version)",
                 "install the driver (role nvidia_driver) and reboot, or load it with modprobe nvidia; "
                 "check dmesg for NVRM errors and Secure Boot",
-            )
-        ]
-    return []
-
-
-def _device_nodes(obs, _settings):
-    if _int(obs["device_nodes"].get("matched")) == 0:
-        return [
-            finding(
-                "device_nodes",
-                FAIL,
-                "no /dev/nvidia[0-9]* device nodes",
-                "load the driver; nvidia-persistenced or nvidia-modprobe creates the nodes "
-                "(role nvidia_driver enables persistence)",
             )
         ]
     return []
@@ -186,13 +135,27 @@ def _nvml(obs, _settings):
 
 
 def _toolkit(obs, settings):
-    if not obs["toolkit"].get("stat", {}).get("exists"):
+    path = settings["runtime_path"]
+    binary = (obs["node_state"].get("paths") or {}).get(path)
+    if binary is None:  # not looked at
+        return []
+    if not binary.get("exists"):
         return [
             finding(
                 "toolkit",
                 FAIL,
-                "%s is missing (NVIDIA Container Toolkit)" % settings["runtime_path"],
+                "%s is missing (NVIDIA Container Toolkit)" % path,
                 "install it (role nvidia_container_toolkit)",
+            )
+        ]
+    if not binary.get("executable"):
+        return [
+            finding(
+                "toolkit",
+                FAIL,
+                "%s is not an executable file (it is a %s, or lacks its x bits): the runtime cannot run it"
+                % (path, binary.get("type")),
+                "reinstall it (role nvidia_container_toolkit)",
             )
         ]
     return []
@@ -226,18 +189,19 @@ def _runtime(obs, settings):
     return []
 
 
-def _drift_guard(obs, _settings):
+def _drift_guard(obs, settings):
     # Only units the container_runtime role installed: a guard turned off
     # (container_runtime_drift_guard: false) or never installed is not found, and a node
     # without systemd gives no status; neither can be a stopped guard.
+    units = (obs["node_state"].get("systemd") or {}).get("units") or {}
     stopped = []
     resources = False
-    for unit in obs["drift_guard"].get("results") or []:
-        status = unit.get("status") or {}
+    for name in settings["drift_guard_units"]:
+        status = units.get(unit_name(name)) or {}
         if status.get("LoadState") in (None, "not-found") or status.get("ActiveState") == "active":
             continue
         state, result = status.get("ActiveState"), status.get("Result")
-        stopped.append("%s %s (result %s)" % (unit.get("name"), state, result))
+        stopped.append("%s %s (result %s)" % (unit_name(name), state, result))
         resources = resources or result == "resources"
     if not stopped:
         return []
@@ -256,7 +220,7 @@ def _drift_guard(obs, _settings):
 
 
 def _runtime_class(obs, settings):
-    if not settings["runtime_is_default"] and not _resources(obs["runtime_class_info"]):
+    if not settings["runtime_is_default"] and not resources(obs["runtime_class_info"]):
         return [
             finding(
                 "runtime_class",
@@ -314,9 +278,10 @@ def _kubelet(obs, settings):
 
 
 def _plugin(obs, settings):
-    if gpu_count(obs["gpu"]) == 0:
+    plugins = obs["node_state"].get("device_plugins")
+    if gpu_count(obs["gpu"]) == 0 or plugins is None:
         return []
-    if _int(obs["plugin_sockets"].get("matched")) == 0:
+    if not plugins.get("sockets"):
         return [
             finding(
                 "plugin",
@@ -326,13 +291,18 @@ def _plugin(obs, settings):
                 "or the nvidia-device-plugin pod)",
             )
         ]
-    if not registered_devices(obs["checkpoint"], settings["resource"]):
+    checkpoint = plugins.get("checkpoint") or {}
+    if not (checkpoint.get("registered") or {}).get(settings["resource"]):
+        # The checkpoint lists the devices the kubelet holds healthy: none is no registration,
+        # or a plugin that marked every GPU unhealthy.
+        why = " (%s)" % checkpoint["error"] if checkpoint.get("error") else ""
         return [
             finding(
                 "plugin",
                 FAIL,
-                "a plugin socket exists but the kubelet has no %s devices registered" % settings["resource"],
-                "check the plugin's log for its Register call; "
+                "a plugin socket exists but the kubelet has no %s devices registered%s"
+                % (settings["resource"], why),
+                "check the plugin's log for its Register call (and for GPUs it marks unhealthy); "
                 "restart the kubelet if its kubelet.sock is stale",
             )
         ]
@@ -340,7 +310,7 @@ def _plugin(obs, settings):
 
 
 def _node_missing(obs, settings):
-    if not _resources(obs["node"]):
+    if not resources(obs["node"]):
         return [
             finding(
                 "allocatable",
@@ -350,31 +320,6 @@ def _node_missing(obs, settings):
             )
         ]
     return []
-
-
-def _allocatable(obs, settings):
-    nodes = _resources(obs["node"])
-    gpus = gpu_count(obs["gpu"])
-    if not nodes or gpus == 0:
-        return []
-    allocatable = _int(((nodes[0].get("status") or {}).get("allocatable") or {}).get(settings["resource"], 0))
-    expected = gpus * _int(settings["replicas"])
-    if allocatable != expected:
-        return [
-            finding(
-                "allocatable",
-                FAIL,
-                "allocatable %s is %d, expected %d (%d GPUs found x %s)"
-                % (settings["resource"], allocatable, expected, gpus, settings["replicas"]),
-                "fewer means GPUs marked Unhealthy (see the plugin log for XIDs) or a plugin not registered; "
-                "more means stale sharing settings",
-            )
-        ]
-    return []
-
-
-def _first_keys(keys):
-    return ", ".join(keys[:3]) + (", ..." if len(keys) > 3 else "")
 
 
 def _labels(obs, _settings):
@@ -388,7 +333,7 @@ def _labels(obs, _settings):
         ("to update", list(node.get("labels_updated") or [])),
         ("to remove", list(node.get("labels_removed") or []) + list(node.get("taints_removed") or [])),
     )
-    parts = ["%s %d: %s" % (verb, len(keys), _first_keys(keys)) for verb, keys in verbs if keys]
+    parts = ["%s %d: %s" % (verb, len(keys), listing(keys, 3)) for verb, keys in verbs if keys]
     return [
         finding(
             "labels",
@@ -405,9 +350,9 @@ def _is_ready(pod):
 
 
 def _dcgm_exporter(obs, settings):
-    if not _resources(obs["dcgm_ds"]):
+    if not resources(obs["dcgm_ds"]):
         return []
-    pods = _resources(obs["dcgm_pods"])
+    pods = resources(obs["dcgm_pods"])
     if not pods:
         return [
             finding(
@@ -434,12 +379,12 @@ def _dcgm_exporter(obs, settings):
 
 # (check, observations it reads, settings it reads, function, reported even when skipped)
 _RULES = (
-    ("driver_module", ("driver_module",), (), _driver_module, False),
-    ("device_nodes", ("device_nodes",), (), _device_nodes, False),
+    ("driver_module", ("node_state",), (), _driver_module, False),
+    ("device_nodes", ("gpu", "node_state"), (), gpus.device_nodes, False),
     ("nvml", ("gpu",), (), _nvml, False),
-    ("toolkit", ("toolkit",), ("runtime_path",), _toolkit, False),
+    ("toolkit", ("node_state",), ("runtime_path",), _toolkit, False),
     ("runtime", ("runtime_check",), ("runtime", "runtime_name"), _runtime, False),
-    ("drift_guard", ("drift_guard",), (), _drift_guard, False),
+    ("drift_guard", ("node_state",), ("drift_guard_units",), _drift_guard, False),
     (
         "runtime_class",
         ("runtime_class_info",),
@@ -448,10 +393,20 @@ _RULES = (
         False,
     ),
     ("kubelet", ("kubelet",), ("kubelet_version",), _kubelet, False),
-    ("plugin", ("gpu", "plugin_sockets", "checkpoint"), ("plugin_dir", "resource"), _plugin, False),
+    (
+        "services",
+        ("gpu", "node_state"),
+        ("runtime_service", "kubelet_service", "plugin_service"),
+        running.services,
+        False,
+    ),
+    ("node_ready", ("node",), ("node_name", "runtime_service", "kubelet_service"), running.node_ready, False),
+    ("plugin", ("gpu", "node_state"), ("plugin_dir", "resource"), _plugin, False),
     # A Node missing from the cluster is reported even where allocatable is skipped.
     ("allocatable", ("node",), ("node_name",), _node_missing, True),
-    ("allocatable", ("node", "gpu"), ("resource", "replicas"), _allocatable, False),
+    # Node-local: what the kubelet's checkpoint holds for GPUs NVML does not list (no Node needed).
+    ("allocatable", ("gpu", "node_state"), ("resource",), gpus.unlisted, False),
+    ("allocatable", ("node", "gpu", "node_state"), ("resource", "replicas"), gpus.allocatable, False),
     ("labels", ("labels",), (), _labels, False),
     ("dcgm_exporter", ("dcgm_ds", "dcgm_pods"), ("dcgm_exporter_namespace",), _dcgm_exporter, False),
 )
@@ -459,18 +414,22 @@ _RULES = (
 SETTINGS = tuple(sorted({name for rule in _RULES for name in rule[2]}))
 
 
-def diagnose(observed, settings, skip=()):
+def diagnose(observed, settings, skip=(), only=None):
     """The findings, in CHECKS order, of each check not in skip whose observations are given.
 
     observed: {observation: registered result}, names from OBSERVATIONS; a check runs only
     when all the observations it reads are there. settings: {setting: value}, names from
-    SETTINGS; a check that runs needs its own. skip: check names (CHECKS) to leave out.
+    SETTINGS; a check that runs needs its own. skip: check names (CHECKS) to leave out;
+    only: the check names to run (None: all), the others as if skipped.
     """
     unknown = sorted(set(observed) - set(OBSERVATIONS))
     unknown += sorted(set(settings) - set(SETTINGS))
     unknown += sorted(set(skip) - set(CHECKS))
+    unknown += sorted(set(only or ()) - set(CHECKS))
     if unknown:
         raise DoctorInputError("unknown observation, setting or check: %s" % ", ".join(unknown))
+    if only is not None:
+        skip = set(skip) | (set(CHECKS) - set(only))
     found = []
     for check, reads, needs, rule, always in _RULES:
         if (check in skip and not always) or any(name not in observed for name in reads):

@@ -29,6 +29,17 @@ def test_skip_leaves_a_check_out():
     assert doctor_findings(observed, RUNTIME, skip=["runtime"]) == []
 
 
+def test_only_runs_the_checks_named():
+    observed = {
+        "runtime_check": {"changed_files": ["/etc/containerd/config.toml"]},
+        "kubelet": {"version": "v1.37.2", "config_error": "/etc/kubernetes/kubelet.yaml: Expecting value"},
+    }
+    settings = dict(RUNTIME, kubelet_version="")
+    assert [f["check"] for f in doctor_findings(observed, settings)] == ["runtime", "kubelet"]
+    assert [f["check"] for f in doctor_findings(observed, settings, only=["kubelet"])] == ["kubelet"]
+    assert doctor_findings(observed, settings, skip=["kubelet"], only=["kubelet"]) == []
+
+
 def test_an_input_error_is_a_filter_error():
     with pytest.raises(AnsibleFilterError, match=r"^doctor_findings: the runtime check needs the setting"):
         doctor_findings({"runtime_check": {}}, {"runtime": "crio"})

@@ -4,8 +4,8 @@
 
 """_doctor.diagnose: each finding's check, severity, message and fix, from registered results.
 
-The observations are shaped as Ansible registers them (stat, find, slurp, k8s_info,
-gpu_info, nvidia_runtime and gpu_node results). Messages and fixes are asserted in full:
+The observations are shaped as Ansible registers them (node_state_info, k8s_info, gpu_info,
+kubelet_info, nvidia_runtime and gpu_node results). Messages and fixes are asserted in full:
 users read them, scripts match on them (tests/integration/test_doctor.py does too).
 """
 
@@ -13,92 +13,26 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import base64
 import copy
-import json
 
 import pytest
 
 from ansible_collections.gpuops.k8s.plugins.module_utils import _doctor as doc
-
-RESOURCE = "nvidia.com/gpu"
-SETTINGS = {
-    "runtime": "containerd",
-    "runtime_name": "nvidia",
-    "runtime_path": "/usr/bin/nvidia-container-runtime",
-    "runtime_is_default": False,
-    "runtime_class": "nvidia",
-    "kubelet_version": "",
-    "plugin_dir": "/var/lib/kubelet/device-plugins",
-    "resource": RESOURCE,
-    "node_name": "gpu-01",
-    "replicas": 1,
-    "dcgm_exporter_namespace": "gpuops-system",
-}
-
-
-def checkpoint(devices):
-    data = {"Data": {"PodDeviceEntries": None, "RegisteredDevices": devices}, "Checksum": 1}
-    return {"content": base64.b64encode(json.dumps(data).encode()).decode(), "encoding": "base64"}
-
-
-def ready_pod(name, ready="True"):
-    return {"metadata": {"name": name}, "status": {"conditions": [{"type": "Ready", "status": ready}]}}
-
-
-def guard_units(path_state, timer_state, load="loaded", result="success"):
-    """The drift guard's units as systemd_service (no state), looped, registers them."""
-    return {
-        "changed": False,
-        "results": [
-            {
-                "name": "gpuops-runtime-guard." + kind,
-                "item": kind,
-                "changed": False,
-                "status": {"LoadState": load, "ActiveState": state, "Result": result},
-            }
-            for kind, state in (("path", path_state), ("timer", timer_state))
-        ],
-    }
-
-
-def kubelet(version="v1.37.2", cgroup=1, config=None, path="/var/lib/kubelet/config.yaml"):
-    """gpuops.k8s.kubelet_info's result: by default a 1.37 kubelet on a cgroup v1 host whose
-    configuration allows it (failCgroupV1: false)."""
-    return {
-        "changed": False,
-        "binary": "/usr/bin/kubelet",
-        "version": version,
-        "running": True,
-        "config_path": path,
-        "config": {"failCgroupV1": False, "cgroupDriver": "systemd"} if config is None else config,
-        "config_error": None,
-        "cgroup_version": cgroup,
-    }
-
-
-def healthy(gpus=4):
-    """Every observation of a healthy node with gpus GPUs, as the role registers them."""
-    return {
-        "gpu": {
-            "gpu_count": gpus,
-            "nvml": {"available": True, "reason": None, "error": None},
-            "lost_gpus": [],
-        },
-        "driver_module": {"changed": False, "stat": {"exists": True}},
-        "device_nodes": {"changed": False, "matched": gpus + 1, "files": []},
-        "toolkit": {"changed": False, "stat": {"exists": True}},
-        "runtime_check": {"changed": False, "failed": False, "changed_files": [], "restart_required": False},
-        "drift_guard": guard_units("active", "active"),
-        "runtime_class_info": {"resources": [{"metadata": {"name": "nvidia"}, "handler": "nvidia"}]},
-        "kubelet": kubelet(),
-        "plugin_sockets": {"matched": 1},
-        "checkpoint": checkpoint({RESOURCE: ["GPU-%d" % i for i in range(gpus)]}),
-        "node": {"resources": [{"status": {"allocatable": {RESOURCE: str(gpus), "cpu": "16"}}}]},
-        "labels": {"changed": False, "nodes": [{"name": "gpu-01", "changed": False}]},
-        "dcgm_pods": {"resources": [ready_pod("dcgm-exporter-7x2kq")]},
-        "dcgm_ds": {"resources": [{"metadata": {"name": "dcgm-exporter"}}]},
-    }
+from ansible_collections.gpuops.k8s.tests.unit.plugins.module_utils.doctor_observations import (
+    RESOURCE,
+    SETTINGS,
+    dev_nodes,
+    gpu_info,
+    guard_units,
+    healthy,
+    kubelet,
+    node,
+    ready_pod,
+    state,
+    unit,
+    units,
+    uuid,
+)
 
 
 def diagnose(changes=None, settings=None, skip=()):
@@ -118,7 +52,8 @@ def test_healthy_node_has_no_findings():
 
 
 def test_driver_module_missing():
-    assert only(diagnose({"driver_module": {"stat": {"exists": False}}})) == {
+    node_state = dict(state(), driver={"loaded": False, "version": None, "majors": {}, "error": None})
+    assert only(diagnose({"node_state": node_state})) == {
         "check": "driver_module",
         "severity": "fail",
         "message": "the NVIDIA kernel module is not loaded (no /proc/driver/nvidia/version)",
@@ -128,7 +63,7 @@ def test_driver_module_missing():
 
 
 def test_no_device_nodes():
-    assert only(diagnose({"device_nodes": {"matched": 0, "files": []}})) == {
+    assert only(diagnose({"node_state": state(devices={})})) == {
         "check": "device_nodes",
         "severity": "fail",
         "message": "no /dev/nvidia[0-9]* device nodes",
@@ -146,6 +81,7 @@ def test_driver_library_missing():
             "error": "libnvidia-ml.so.1: cannot open",
         },
         "lost_gpus": [],
+        "device_plugin": {"source": "record", "mode": "gpuops"},
     }
     findings = diagnose({"gpu": gpu})
     assert findings[0] == {
@@ -208,20 +144,45 @@ def test_each_lost_gpu_is_a_finding_and_no_gpu_is_not_one_more():
 
 
 def test_a_lost_gpu_beside_working_ones():
-    observed = healthy(gpus=7)
-    observed["gpu"]["lost_gpus"] = [{"index": 3, "error": "GPU is lost"}]
-    observed["node"]["resources"][0]["status"]["allocatable"][RESOURCE] = "7"
+    # gpu_info leaves the lost GPU out; its node stays, and the daemon holds it unhealthy:
+    # capacity 8 is the 7 GPUs and the lost one.
+    lost = [{"index": 3, "error": "GPU is lost", "nvml_code": 15}]
+    observed = dict(
+        healthy(),
+        gpu=gpu_info([0, 1, 2, 4, 5, 6, 7], lost=lost),
+        node_state=state(
+            devices=dev_nodes(range(8)), registered={RESOURCE: [uuid(m) for m in (0, 1, 2, 4, 5, 6, 7)]}
+        ),
+        node=node(7, capacity=8),
+    )
     assert [f["message"] for f in doc.diagnose(observed, SETTINGS)] == ["GPU 3 is lost (GPU is lost)"]
 
 
 def test_toolkit_missing_names_the_binary():
-    settings = {"runtime_path": "/opt/nvidia/bin/nvidia-container-runtime"}
-    assert only(diagnose({"toolkit": {"stat": {"exists": False}}}, settings)) == {
+    path = "/opt/nvidia/bin/nvidia-container-runtime"
+    missing = state(paths={path: {"exists": False, "type": "missing", "executable": False}})
+    assert only(diagnose({"node_state": missing}, {"runtime_path": path})) == {
         "check": "toolkit",
         "severity": "fail",
         "message": "/opt/nvidia/bin/nvidia-container-runtime is missing (NVIDIA Container Toolkit)",
         "fix": "install it (role nvidia_container_toolkit)",
     }
+
+
+def test_a_toolkit_binary_that_cannot_run():
+    path = "/usr/bin/nvidia-container-runtime"
+    plain = state(paths={path: {"exists": True, "type": "file", "executable": False}})
+    assert only(diagnose({"node_state": plain})) == {
+        "check": "toolkit",
+        "severity": "fail",
+        "message": "/usr/bin/nvidia-container-runtime is not an executable file (it is a file, or lacks "
+        "its x bits): the runtime cannot run it",
+        "fix": "reinstall it (role nvidia_container_toolkit)",
+    }
+
+
+def test_a_toolkit_binary_not_looked_at_is_no_finding():
+    assert diagnose({"node_state": state(paths={})}) == []
 
 
 def test_runtime_missing_names_every_file_to_change():
@@ -267,7 +228,7 @@ def test_runtime_check_skipped_is_no_finding():
 
 
 def test_a_stopped_drift_guard_is_a_warning_naming_each_unit_not_active():
-    assert only(diagnose({"drift_guard": guard_units("inactive", "inactive")})) == {
+    assert only(diagnose({"node_state": state(systemd=guard_units("inactive", "inactive"))})) == {
         "check": "drift_guard",
         "severity": "warn",
         "message": "the runtime drift guard is not running, so another tool's rewrite of the runtime's "
@@ -281,7 +242,9 @@ def test_a_stopped_drift_guard_is_a_warning_naming_each_unit_not_active():
 def test_a_path_unit_out_of_inotify_instances_says_so():
     # systemd's result when it cannot set up the watch ("Too many open files"): seen on a
     # lab node with root's inotify instances used up.
-    finding = only(diagnose({"drift_guard": guard_units("failed", "active", result="resources")}))
+    finding = only(
+        diagnose({"node_state": state(systemd=guard_units("failed", "active", result="resources"))})
+    )
     assert finding["message"].endswith(": gpuops-runtime-guard.path failed (result resources)"), finding
     assert finding["fix"].endswith(
         "; result resources: systemd could not watch the files, raise fs.inotify.max_user_instances"
@@ -289,19 +252,19 @@ def test_a_path_unit_out_of_inotify_instances_says_so():
 
 
 @pytest.mark.parametrize(
-    "units",
+    "systemd",
     [
         # container_runtime_drift_guard: false, or the runtime phase never ran here
         guard_units("inactive", "inactive", load="not-found"),
-        # no systemd on the node: the module failed (failed_when: false), no status
-        {"results": [{"name": "gpuops-runtime-guard.path", "failed": False, "msg": "no systemd"}]},
-        # gpu_doctor_skip: [drift_guard] skips the task
-        {"skipped": True, "results": [{"skipped": True, "item": "path"}]},
+        # no systemd on the node: node_state_info says so
+        {"available": False, "error": "systemd is not the init system here", "units": {}},
+        # not asked of node_state_info
+        {"available": True, "error": None, "units": {}},
     ],
-    ids=["not-installed", "no-systemd", "task-skipped"],
+    ids=["not-installed", "no-systemd", "not-asked"],
 )
-def test_a_guard_that_is_not_installed_is_no_finding(units):
-    assert diagnose({"drift_guard": units}) == []
+def test_a_guard_that_is_not_installed_is_no_finding(systemd):
+    assert diagnose({"node_state": state(systemd=systemd)}) == []
 
 
 def test_runtime_class_missing_when_nvidia_is_not_the_default():
@@ -382,7 +345,7 @@ def test_no_kubelet_finding_where_it_does_not_apply(observed, target):
 
 
 def test_no_plugin_socket():
-    assert only(diagnose({"plugin_sockets": {"matched": 0}})) == {
+    assert only(diagnose({"node_state": state(sockets=())})) == {
         "check": "plugin",
         "severity": "fail",
         "message": "no device plugin socket in /var/lib/kubelet/device-plugins: "
@@ -392,27 +355,31 @@ def test_no_plugin_socket():
     }
 
 
+CHECKPOINT = "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"
+
+
 @pytest.mark.parametrize(
-    "checkpoint_result",
+    "checkpoint, why",
     [
-        checkpoint({}),
-        checkpoint({"example.com/fpga": ["f0"]}),
-        {
-            "failed": False,
-            "msg": "file not found: /var/lib/kubelet/device-plugins/kubelet_internal_checkpoint",
-        },
-        {"content": base64.b64encode(b"not json").decode()},
-        {"content": "%%% not base64"},
-        {"content": base64.b64encode(b"[]").decode()},
+        ({"path": CHECKPOINT, "exists": True, "registered": {}, "error": None}, ""),
+        ({"path": CHECKPOINT, "exists": True, "registered": {"example.com/fpga": ["f0"]}, "error": None}, ""),
+        ({"path": CHECKPOINT, "exists": False, "registered": {}, "error": None}, ""),
+        (
+            {"path": CHECKPOINT, "exists": True, "registered": {}, "error": CHECKPOINT + ": Expecting value"},
+            " (%s: Expecting value)" % CHECKPOINT,
+        ),
     ],
-    ids=["no-devices", "other-resource", "no-checkpoint", "not-json", "not-base64", "not-an-object"],
+    ids=["no-devices", "other-resource", "no-checkpoint", "unreadable"],
 )
-def test_socket_without_registration(checkpoint_result):
-    assert only(diagnose({"checkpoint": checkpoint_result})) == {
+def test_socket_without_registration(checkpoint, why):
+    findings = diagnose({"node_state": state(checkpoint=checkpoint)})
+    # Nothing registered: allocatable (4 on the Node) says nothing more where the checkpoint
+    # cannot tell which GPUs.
+    assert only(findings) == {
         "check": "plugin",
         "severity": "fail",
-        "message": "a plugin socket exists but the kubelet has no nvidia.com/gpu devices registered",
-        "fix": "check the plugin's log for its Register call; "
+        "message": "a plugin socket exists but the kubelet has no nvidia.com/gpu devices registered" + why,
+        "fix": "check the plugin's log for its Register call (and for GPUs it marks unhealthy); "
         "restart the kubelet if its kubelet.sock is stale",
     }
 
@@ -420,7 +387,7 @@ def test_socket_without_registration(checkpoint_result):
 def test_plugin_and_allocatable_are_not_checked_without_gpus():
     observed = healthy(gpus=0)
     observed["gpu"]["lost_gpus"] = [{"index": 0, "error": "GPU is lost"}]
-    observed["plugin_sockets"] = {"matched": 0}
+    observed["node_state"] = state(devices=dev_nodes([0]), sockets=(), registered={})
     observed["node"]["resources"][0]["status"]["allocatable"] = {}
     assert [f["check"] for f in doc.diagnose(observed, SETTINGS)] == ["nvml"]
 
@@ -441,28 +408,99 @@ def test_node_not_in_the_cluster_is_reported_even_when_allocatable_is_skipped():
     ]
 
 
-def test_fewer_allocatable_than_gpus_times_replicas():
-    node = {"resources": [{"status": {"allocatable": {RESOURCE: "6"}}}]}
-    assert only(diagnose({"node": node}, {"replicas": 2})) == {
+REPLICAS_FIX = (
+    "the plugin's time-slicing replicas differ from those expected: set gpu_doctor_replicas "
+    "(gpu_validation_replicas) to the plugin's, or apply the sharing settings (role device_plugin) "
+    "and restart the plugin"
+)
+FEWER_FIX = (
+    "the plugin marks GPUs Unhealthy (its log says why: XIDs, a GPU or its device node gone; see nvml and "
+    "device_nodes) or is not registered (see plugin and services)"
+)
+
+
+def test_fewer_allocatable_because_the_plugin_shares_less_than_expected():
+    # Time-slicing with 2 replicas expected; the plugin advertises each GPU once.
+    assert only(diagnose({}, {"replicas": 2})) == {
         "check": "allocatable",
         "severity": "fail",
-        "message": "allocatable nvidia.com/gpu is 6, expected 8 (4 GPUs found x 2)",
-        "fix": "fewer means GPUs marked Unhealthy (see the plugin log for XIDs) or a plugin not registered; "
-        "more means stale sharing settings",
+        "message": "allocatable nvidia.com/gpu is 4, expected 8 (4 GPUs found x 2): "
+        "the plugin advertises 1 per GPU",
+        "fix": REPLICAS_FIX,
     }
 
 
+def test_more_allocatable_because_the_plugin_shares_more_than_expected():
+    replicas = {RESOURCE: ["%s::%d" % (uuid(i), n) for i in range(4) for n in range(4)]}
+    observed = {"node_state": state(registered=replicas), "node": node(16)}
+    assert only(diagnose(observed)) == {
+        "check": "allocatable",
+        "severity": "fail",
+        "message": "allocatable nvidia.com/gpu is 16, expected 4 (4 GPUs found x 1): "
+        "the plugin advertises 4 per GPU",
+        "fix": REPLICAS_FIX,
+    }
+    assert diagnose(observed, {"replicas": 4}) == []
+
+
+def test_a_gpu_marked_unhealthy_is_named_with_the_unhealthy_count():
+    # XIDs on GPU 2: the plugin says Unhealthy; the kubelet keeps it in capacity only.
+    observed = {"node_state": state(registered={RESOURCE: [uuid(i) for i in (0, 1, 3)]}), "node": node(3, 4)}
+    assert only(diagnose(observed)) == {
+        "check": "allocatable",
+        "severity": "fail",
+        "message": "allocatable nvidia.com/gpu is 3, expected 4 (4 GPUs found x 1): not advertised healthy: "
+        "%s (GPU 2); 1 held unhealthy (capacity 4)" % uuid(2),
+        "fix": FEWER_FIX,
+    }
+
+
+def test_a_stopped_plugin_leaves_nothing_healthy():
+    # The kubelet holds every device unhealthy once the plugin's stream ends (5 minutes).
+    observed = {"node_state": state(sockets=(), registered={}), "node": node(0, 4)}
+    assert [(f["check"], f["message"]) for f in diagnose(observed)] == [
+        (
+            "plugin",
+            "no device plugin socket in /var/lib/kubelet/device-plugins: the device plugin is not running",
+        ),
+        (
+            "allocatable",
+            "allocatable nvidia.com/gpu is 0, expected 4 (4 GPUs found x 1): "
+            "the kubelet holds no nvidia.com/gpu device healthy; 4 held unhealthy (capacity 4)",
+        ),
+    ]
+
+
 def test_no_allocatable_entry_counts_as_zero():
-    node = {"resources": [{"status": {"allocatable": {"cpu": "16"}}}]}
-    assert (
-        only(diagnose({"node": node}))["message"]
-        == "allocatable nvidia.com/gpu is 0, expected 4 (4 GPUs found x 1)"
-    )
+    observed = node()
+    for counts in ("allocatable", "capacity"):
+        del observed["resources"][0]["status"][counts][RESOURCE]
+    observed = {"node": observed}
+    assert only(diagnose(observed)) == {
+        "check": "allocatable",
+        "severity": "fail",
+        "message": "allocatable nvidia.com/gpu is 0, expected 4 (4 GPUs found x 1)",
+        "fix": FEWER_FIX,
+    }
+
+
+def test_more_allocatable_where_the_plugin_names_devices_by_index():
+    # NVIDIA's DEVICE_ID_STRATEGY=index: nothing to match with NVML's UUIDs, only counts.
+    observed = {"node_state": state(registered={RESOURCE: [str(i) for i in range(6)]}), "node": node(6)}
+    assert only(diagnose(observed)) == {
+        "check": "allocatable",
+        "severity": "fail",
+        "message": "allocatable nvidia.com/gpu is 6, expected 4 (4 GPUs found x 1): "
+        "more devices than NVML's GPUs x replicas",
+        "fix": "the plugin's time-slicing replicas may differ from those expected (set gpu_doctor_replicas "
+        "or gpu_validation_replicas to the plugin's, or apply the sharing settings with role device_plugin "
+        "and restart the plugin), or it offers GPUs NVML no longer lists (restart it)",
+    }
 
 
 def test_allocatable_matching_replicas_is_healthy():
-    node = {"resources": [{"status": {"allocatable": {RESOURCE: "16"}}}]}
-    assert diagnose({"node": node}, {"replicas": 4}) == []
+    replicas = {RESOURCE: ["%s::%d" % (uuid(i), n) for i in range(4) for n in range(4)]}
+    assert diagnose({"node_state": state(registered=replicas), "node": node(16)}, {"replicas": 4}) == []
 
 
 def test_labels_not_current_lists_three_keys_per_verb():
@@ -549,24 +587,44 @@ def test_dcgm_exporter_not_checked_without_its_daemonset():
     assert diagnose({"dcgm_ds": {"resources": []}, "dcgm_pods": {"resources": []}}) == []
 
 
+NOT_READY = {
+    "type": "Ready",
+    "status": "False",
+    "reason": "KubeletNotReady",
+    "message": "container runtime is down, PLEG is not healthy: "
+    "pleg was last seen active 3m5s ago; threshold is 3m0s",
+}
+
+
 def broken():
     """A node where every check has something to say."""
     return {
-        "gpu": {
-            "gpu_count": 2,
-            "nvml": {"available": True},
-            "lost_gpus": [{"index": 1, "error": "GPU is lost"}],
-        },
-        "driver_module": {"stat": {"exists": False}},
-        "device_nodes": {"matched": 0},
-        "toolkit": {"stat": {"exists": False}},
+        "gpu": gpu_info([0], lost=[{"index": 1, "error": "GPU is lost"}]),
+        "node_state": dict(
+            state(
+                devices=dev_nodes([0], ctl=False),
+                systemd=units(
+                    **{
+                        "containerd.service": unit("inactive", "dead"),
+                        "gpuops-runtime-guard.path": unit("failed", "dead", result="resources"),
+                    }
+                ),
+                sockets=(),
+                registered={},
+                paths={
+                    "/usr/bin/nvidia-container-runtime": {
+                        "exists": False,
+                        "type": "missing",
+                        "executable": False,
+                    }
+                },
+            ),
+            driver={"loaded": False, "version": None, "majors": {}, "error": None},
+        ),
         "runtime_check": {"changed_files": ["/etc/containerd/config.toml"]},
-        "drift_guard": guard_units("failed", "active"),
         "runtime_class_info": {"resources": []},
         "kubelet": kubelet(config={}),
-        "plugin_sockets": {"matched": 0},
-        "checkpoint": {},
-        "node": {"resources": [{"status": {"allocatable": {}}}]},
+        "node": node(0, ready=NOT_READY),
         "labels": {"nodes": [{"changed": True, "labels_added": ["a"]}]},
         "dcgm_pods": {"resources": []},
         "dcgm_ds": {"resources": [{}]},
@@ -585,10 +643,14 @@ def test_a_skipped_check_reports_nothing(skipped):
 
 def test_a_check_runs_only_with_all_its_observations():
     observed = broken()
-    del observed["checkpoint"]  # plugin reads gpu, plugin_sockets and checkpoint
-    del observed["dcgm_pods"]
+    del observed["kubelet"]
+    del observed["dcgm_pods"]  # dcgm_exporter reads dcgm_ds and dcgm_pods
     checks = [f["check"] for f in doc.diagnose(observed, SETTINGS)]
-    assert checks == [check for check in doc.CHECKS if check not in ("plugin", "dcgm_exporter")]
+    assert checks == [check for check in doc.CHECKS if check not in ("kubelet", "dcgm_exporter")]
+    # node_state_info's result is every node-local check's.
+    del observed["node_state"]
+    checks = [f["check"] for f in doc.diagnose(observed, SETTINGS)]
+    assert checks == ["nvml", "runtime", "runtime_class", "node_ready", "labels"]
 
 
 def test_one_check_alone_needs_only_its_own_settings():
@@ -612,6 +674,7 @@ def test_a_check_without_its_setting_is_an_error():
         ({"runtime": {}}, {}, (), "runtime"),
         ({}, {"runtime_config": ""}, (), "runtime_config"),
         ({}, {}, ("plugins",), "plugins"),
+        ({"checkpoint": {}}, {}, (), "checkpoint"),  # node_state's since node_state_info
     ],
 )
 def test_unknown_names_are_errors(observed, settings, skip, unknown):
