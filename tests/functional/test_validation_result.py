@@ -12,10 +12,10 @@ from resolve import resolve, template_expr
 LOST = {"index": 3, "error": "GPU is lost", "nvml_code": 15}
 
 
-def node_result(tmp_path, *, lost=(), container_state=None, log="", warnings=()):
+def node_result(tmp_path, *, lost=(), container_state=None, log="", warnings=(), findings=None):
     """The node's result: 8 GPUs less the LOST ones found and allocatable, and a test pod
     (the CUDA sample's default check) in CONTAINER_STATE with LOG and the kubelet's
-    WARNINGS on it."""
+    WARNINGS on it; FINDINGS, where given, the doctor's failing ones (tasks/main.yml)."""
     found = 8 - len(lost)
     state = container_state or {"terminated": {"exitCode": 0, "reason": "Completed"}}
     ended = state.get("terminated")
@@ -32,6 +32,9 @@ def node_result(tmp_path, *, lost=(), container_state=None, log="", warnings=())
         "gpu_validation_pod_warnings": {"resources": list(warnings)},
         "gpu_validation_compare_devices": "off",
     }
+    if findings is not None:
+        extra["gpu_validation_findings"] = list(findings)
+        del extra["gpu_validation_pod"]  # a node that fails the doctor's checks runs no test pod
     exprs = {"result": template_expr("gpu_validation", "result.json.j2")}
     rendered = resolve("gpuops-node-1,", [], exprs=exprs, extra=extra, tmp_path=tmp_path)
     result = rendered["gpuops-node-1"]["result"]
@@ -94,3 +97,43 @@ def test_a_test_that_fails_in_its_container_shows_its_log(tmp_path):
     state = {"terminated": {"exitCode": 1, "reason": "Error"}}
     result = node_result(tmp_path, container_state=state, log="NVML: Driver Not Loaded\n")
     assert result["reasons"] == ["test pod failed with exit code 1: NVML: Driver Not Loaded"], result
+
+
+def test_the_doctors_failing_findings_are_the_reasons_in_its_words(tmp_path):
+    findings = [
+        {
+            "check": "services",
+            "severity": "fail",
+            "message": "containerd.service is inactive (dead): the container runtime is down, so no "
+            "container "
+            "starts or stops on the node, and the kubelet reports the Node NotReady",
+            "fix": "journalctl -u containerd says why it stopped (systemctl status containerd); start it: "
+            "systemctl start containerd",
+        },
+        {
+            "check": "node_ready",
+            "severity": "fail",
+            "message": "Node gpuops-node-1 is not Ready (Ready=False, KubeletNotReady): container "
+            "runtime is down",
+            "fix": "start containerd",
+        },
+    ]
+    result = node_result(tmp_path, findings=findings)
+    assert not result["passed"], result
+    assert result["reasons"] == [finding["message"] for finding in findings], result
+    assert result["pod"] == {"ran": False}, result
+
+
+def test_a_lost_gpu_is_said_beside_the_doctors_findings(tmp_path):
+    unlisted = {
+        "check": "allocatable",
+        "severity": "fail",
+        "message": "the plugin advertises ...",
+        "fix": "x",
+    }
+    result = node_result(tmp_path, lost=[LOST], findings=[unlisted])
+    assert result["reasons"] == [
+        "GPU 3 does not answer NVML (GPU is lost): lost or fallen off the bus; drain the node, "
+        "then reset or replace it",
+        "the plugin advertises ...",
+    ], result

@@ -744,10 +744,8 @@ def test_validation_fails_when_allocatable_is_short_of_the_replicas_expected(nod
         fleet, DAEMON_NODE, gpu_validation_replicas=2, gpu_validation_allocatable_wait=4
     )
     assert rc != 0 and not result["passed"], result
-    short = (
-        "allocatable nvidia.com/gpu is 8, expected 16 (8 GPUs x 2 replicas): some GPUs are unhealthy or "
-        "not advertised"
-    )
+    # The doctor's allocatable finding, in its words: the kubelet's checkpoint says why.
+    short = "allocatable nvidia.com/gpu is 8, expected 16 (8 GPUs found x 2): the plugin advertises 1 per GPU"
     assert short in result["reasons"], result
 
 
@@ -802,17 +800,28 @@ def test_a_stopped_plugin_is_found_on_its_node_only_and_fails_its_validation(
         nodes.wait("no allocatable GPU on " + FAULTED, lambda: allocatable(nodes, FAULTED) == "0", 60)
         rc, findings = doctor_findings(fleet)
         assert rc == 0 and "plugin" in findings[FAULTED] and "plugin" not in findings[HEALTHY], findings
+        assert findings[FAULTED]["services"].startswith("gpuops-device-plugin.service is "), findings
+        assert "services" not in findings[HEALTHY], findings
         junit = tmp_path / "validation.xml"
         rc, result = validation_on(
             fleet, FAULTED, gpu_validation_allocatable_wait=0, gpu_validation_junit_path=str(junit)
         )
-        reason = (
-            "allocatable nvidia.com/gpu is 0, expected 8: the device plugin is not running or not "
-            "registered with the kubelet"
+        # The doctor's failing findings, in its words: the unit, its socket, the count (the
+        # kubelet holds the 8 unhealthy for its grace period).
+        unit, socket, count = result["reasons"]
+        assert rc != 0 and unit == findings[FAULTED]["services"], result
+        assert unit.endswith(
+            ": the device plugin is down, so the kubelet holds the node's GPUs unhealthy and gives them "
+            "to no new pod"
+        ), result
+        assert (
+            socket
+            == "no device plugin socket in /var/lib/kubelet/device-plugins: the device plugin is not running"
         )
-        assert rc != 0 and result["reasons"] == [reason], result
+        assert count.startswith("allocatable nvidia.com/gpu is 0, expected 8 (8 GPUs found x 1): "), result
+        assert count.endswith("8 held unhealthy (capacity 8)"), result
         tests, failures = junit_failures(junit)
-        assert tests == 1 and len(failures) == 1 and reason in failures[0], failures
+        assert tests == 1 and len(failures) == 1 and socket in failures[0], failures
     finally:
         on_faulted("ansible.builtin.systemd_service", "name=gpuops-device-plugin state=started")
         nodes.wait("8 GPUs allocatable on " + FAULTED, lambda: allocatable(nodes, FAULTED) == "8", 60)

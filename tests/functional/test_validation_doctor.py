@@ -1,0 +1,192 @@
+# Copyright (c) gpuops.k8s contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""gpu_validation's use of the doctor's rules (roles/gpu_validation/tasks/main.yml), each
+expression taken verbatim from the role and evaluated by the real ansible-playbook with the
+roles' defaults and vars: which faults end the wait for allocatable at once, which do not
+(a plugin the site run has just restarted), and the node's failing findings.
+
+The registered results are shaped as gpu_info, node_state_info and k8s_info return them
+on a lab node (8 mock H100s, our daemon, containerd).
+"""
+
+import pytest
+from resolve import find_task, resolve, task_arg
+
+RESOURCE = "nvidia.com/gpu"
+UUIDS = ["GPU-%08d-0000-0000-0000-000000000000" % i for i in range(8)]
+SEVEN = (0, 1, 2, 4, 5, 6, 7)
+
+
+def gpu(minors=range(8)):
+    gpus = [{"index": i, "minor_number": m, "uuid": UUIDS[m]} for i, m in enumerate(minors)]
+    return {
+        "gpu_count": len(gpus),
+        "gpus": gpus,
+        "lost_gpus": [],
+        "nvml": {"available": True},
+        "device_plugin": {"mode": "gpuops"},
+    }
+
+
+def char(major, minor):
+    return {"type": "char", "major": major, "minor": minor, "link": None}
+
+
+def node_state(minors=range(8), registered=UUIDS, sockets=("gpuops-gpu.sock",), down=(), uvm=True):
+    devices = {"nvidia%d" % m: char(195, m) for m in minors}
+    devices["nvidiactl"] = char(195, 255)
+    if uvm:
+        devices["nvidia-uvm"] = char(510, 0)
+    units = {
+        name: {"LoadState": "loaded", "ActiveState": "active", "SubState": "running", "Result": "success"}
+        for name in ("containerd.service", "kubelet.service", "gpuops-device-plugin.service")
+    }
+    for name in down:
+        units[name] = {
+            "LoadState": "loaded",
+            "ActiveState": "inactive",
+            "SubState": "dead",
+            "Result": "success",
+        }
+    return {
+        "driver": {"loaded": True, "majors": {}},
+        "devices": devices,
+        "systemd": {"available": True, "error": None, "units": units},
+        "device_plugins": {
+            "sockets": list(sockets),
+            "checkpoint": {"exists": True, "error": None, "registered": {RESOURCE: list(registered)}},
+        },
+        "paths": {},
+    }
+
+
+def node(allocatable=8, capacity=8, ready="True", message="kubelet is posting ready status", attempts=1):
+    status = {
+        "allocatable": {RESOURCE: str(allocatable)},
+        "capacity": {RESOURCE: str(capacity)},
+        "conditions": [{"type": "Ready", "status": ready, "reason": "KubeletNotReady", "message": message}],
+    }
+    return {"resources": [{"status": status}], "attempts": attempts}
+
+
+def expressions():
+    settled = task_arg(
+        "gpu_validation",
+        "main.yml",
+        "Find what already fails the node",
+        "ansible.builtin.set_fact",
+        "gpu_validation_settled",
+    )
+    read = find_task(
+        "gpu_validation",
+        "main.yml",
+        "Read the Node, until it is Ready and its allocatable GPUs match the GPUs found",
+    )
+    findings = task_arg(
+        "gpu_validation",
+        "main.yml",
+        "Compare the node with the GPUs found, as the doctor does",
+        "ansible.builtin.set_fact",
+        "gpu_validation_findings",
+    )
+    return {
+        "settled": settled,
+        # The wait ends where this holds (the reads left aside: one read here).
+        "done": "{{ (%s) }}" % read["until"],
+        "findings": findings,
+    }
+
+
+def evaluate(tmp_path, gpu_result, state, node_result, *, extra=None):
+    registered = {
+        "gpu_validation_gpu": gpu_result,
+        "gpu_validation_node_state": state,
+        "gpu_validation_node_state_after": {"skipped": True, "changed": False},
+        "gpu_validation_node": node_result,
+        # The until's own vars: as many reads as the default wait gives.
+        "__gpu_validation_node_reads": 30,
+    }
+    registered.update(extra or {})
+    exprs = expressions()
+    # The wait reads gpu_validation_settled, which the role sets first.
+    first = resolve(
+        "gpuops-node-1,", [], exprs={"settled": exprs["settled"]}, extra=registered, tmp_path=tmp_path
+    )
+    registered["gpu_validation_settled"] = first["gpuops-node-1"]["settled"]
+    later = {"done": exprs["done"], "findings": exprs["findings"]}
+    result = resolve("gpuops-node-1,", [], exprs=later, extra=registered, tmp_path=tmp_path)["gpuops-node-1"]
+    return registered["gpu_validation_settled"], result["done"], result["findings"]
+
+
+def checks(findings):
+    return [f["check"] for f in findings]
+
+
+def test_a_healthy_node_ends_the_wait_at_the_first_read_with_no_finding(tmp_path):
+    settled, done, findings = evaluate(tmp_path, gpu(), node_state(), node())
+    assert (settled, done, findings) == ([], True, [])
+
+
+def test_a_plugin_just_restarted_is_waited_for(tmp_path):
+    # No socket yet, nothing allocatable: it registers in seconds, so no verdict yet.
+    settled, done, _findings = evaluate(tmp_path, gpu(), node_state(sockets=(), registered=()), node(0, 0))
+    assert settled == [] and done is False
+
+
+def test_a_node_not_ready_for_a_while_is_waited_for(tmp_path):
+    # After a site run restarted containerd, the Node is NotReady for a few seconds.
+    _settled, done, findings = evaluate(
+        tmp_path, gpu(), node_state(), node(ready="False", message="container runtime is down")
+    )
+    assert done is False and checks(findings) == ["node_ready"]
+
+
+def test_containerd_stopped_ends_the_wait_with_the_doctors_words(tmp_path):
+    settled, done, findings = evaluate(
+        tmp_path,
+        gpu(),
+        node_state(down=["containerd.service"]),
+        node(ready="False", message="container runtime is down, PLEG is not healthy"),
+    )
+    assert checks(settled) == ["services"] and done is True
+    assert [f["message"] for f in findings] == [
+        "containerd.service is inactive (dead): the container runtime is down, so no container starts or "
+        "stops "
+        "on the node, and the kubelet reports the Node NotReady",
+        "Node gpuops-node-1 is not Ready (Ready=False, KubeletNotReady): container runtime is down, PLEG "
+        "is not "
+        "healthy",
+    ]
+
+
+def test_a_removed_gpu_node_ends_the_wait_however_long_allocatable_would_take(tmp_path):
+    # (A): NVML lists 7, the plugin still offers 8: 8 never becomes 7 with NVIDIA's plugin.
+    settled, done, findings = evaluate(tmp_path, gpu(SEVEN), node_state(minors=SEVEN), node())
+    assert checks(settled) == ["allocatable"] and done is True
+    assert checks(findings) == ["allocatable"]
+    assert findings[0]["message"].startswith(
+        "the plugin advertises GPUs that NVML no longer lists: " + UUIDS[3]
+    )
+
+
+@pytest.mark.parametrize("skip, expected", [([], ["device_nodes"]), (["device_nodes"], [])])
+def test_a_missing_uvm_node_fails_at_once_unless_the_inventory_leaves_device_nodes_out(
+    tmp_path, skip, expected
+):
+    settled, done, findings = evaluate(
+        tmp_path, gpu(), node_state(uvm=False), node(), extra={"gpu_validation_skip": skip}
+    )
+    assert checks(settled) == expected and checks(findings) == expected and done is True
+
+
+def test_the_state_read_again_after_a_wait_is_the_one_judged(tmp_path):
+    # Waited (3 reads): the socket the first look missed is there now.
+    _settled, _done, findings = evaluate(
+        tmp_path,
+        gpu(),
+        node_state(sockets=(), registered=()),
+        node(attempts=3),
+        extra={"gpu_validation_node_state_after": node_state()},
+    )
+    assert findings == []
