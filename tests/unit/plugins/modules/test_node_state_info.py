@@ -1,0 +1,83 @@
+# Copyright (c) gpuops.k8s contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""node_state_info's systemd part: every unit from one systemctl show, and a systemd that
+is not there or does not answer said in the result, never a failure."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import pytest
+
+from ansible_collections.gpuops.k8s.plugins.module_utils import _node_state as ns
+from ansible_collections.gpuops.k8s.plugins.modules import node_state_info
+from ansible_collections.gpuops.k8s.tests.unit.plugins.module_utils.test_node_state import SHOW, UNITS
+
+
+class FakeModule:
+    """What node_state_info's read_units asks of AnsibleModule: systemctl's path, and one run."""
+
+    def __init__(self, out="", rc=0, err="", systemctl="/usr/bin/systemctl"):
+        self.answer = (rc, out, err)
+        self.systemctl = systemctl
+        self.calls = []
+
+    def get_bin_path(self, name):
+        assert name == "systemctl"
+        return self.systemctl
+
+    def run_command(self, argv, environ_update=None):
+        self.calls.append((argv, environ_update))
+        return self.answer
+
+
+@pytest.fixture
+def booted(monkeypatch):
+    monkeypatch.setattr(ns, "systemd_booted", lambda: True)
+
+
+def test_every_unit_is_read_with_one_systemctl_show(booted):
+    module = FakeModule(out=SHOW)
+    found = node_state_info.read_units(module, UNITS)
+    assert found == {"available": True, "error": None, "units": ns.parse_unit_states(SHOW, UNITS)}
+    ((argv, env),) = module.calls
+    assert argv == [
+        "/usr/bin/systemctl",
+        "show",
+        "--no-pager",
+        "--property=" + ",".join(ns.UNIT_PROPERTIES),
+        "--",
+        *UNITS,
+    ]
+    assert env == {"LC_ALL": "C"}
+
+
+@pytest.mark.parametrize(
+    "module, error",
+    [
+        (
+            FakeModule(rc=1, err="Failed to connect to bus: No such file or directory\n"),
+            "systemctl show failed (rc 1): Failed to connect to bus: No such file or directory",
+        ),
+        (FakeModule(systemctl=None), "systemctl is not installed"),
+        (FakeModule(out="LoadState=loaded\n"), "systemctl show answered 1 block(s) for 4 unit(s)"),
+    ],
+    ids=["fails", "no-systemctl", "short-answer"],
+)
+def test_a_systemd_that_does_not_answer_is_said_not_failed(booted, module, error):
+    found = node_state_info.read_units(module, UNITS)
+    assert not found["available"] and found["units"] == {}
+    assert found["error"].startswith(error), found
+
+
+def test_no_systemd_runs_nothing(monkeypatch):
+    monkeypatch.setattr(ns, "systemd_booted", lambda: False)
+    module = FakeModule()
+    assert node_state_info.read_units(module, UNITS) == {
+        "available": False,
+        "error": "systemd is not the init system here (no /run/systemd/system)",
+        "units": {},
+    }
+    assert module.calls == []
