@@ -121,8 +121,23 @@ def _read(path):
         return handle.read()
 
 
+def _root(pid):
+    """(device, inode) of a process's root directory, or None where it cannot be read."""
+    try:
+        status = os.stat("/proc/%s/root" % pid)
+    except OSError:
+        return None
+    return status.st_dev, status.st_ino
+
+
 def running_kubelet():
-    """(binary, --config value) of a running kubelet, or (None, None)."""
+    """(binary, --config value) of a running kubelet, or (None, None).
+
+    Only a kubelet that sees this host's files counts: one in a container (a node of a
+    kind-like lab, or a kubelet in a pod) shows in /proc too, but its binary and --config
+    are paths inside the container, which here name nothing or something else.
+    """
+    ours = _root("self")
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             argv = _read("/proc/%s/cmdline" % pid).split("\0")
@@ -130,6 +145,10 @@ def running_kubelet():
         except OSError:
             continue  # gone meanwhile, or not ours to read
         if os.path.basename(binary) != "kubelet":
+            continue
+        # Its own root directory, not its mount namespace: the lab's host kubelet runs in a
+        # namespace of its own over this host's root.
+        if ours is not None and _root(pid) not in (ours, None):
             continue
         for index, arg in enumerate(argv):
             if arg.startswith("--config="):
