@@ -958,6 +958,169 @@ def test_a_lost_gpu_is_found_on_its_node_only_and_fails_its_validation(nodes, gp
         nodes.wait("GPU 3 back: 8 allocatable on " + FAULTED, lambda: allocatable(nodes, FAULTED) == "8", 60)
 
 
+def all_findings(fleet):
+    """playbooks/doctor.yml on the containerd nodes: per node, every finding as
+    (check, severity, message), in the doctor's order."""
+    rc, tasks = playbook_on("doctor.yml", CONTAINERD_NODES, fleet, gpu_doctor_fail_on_findings=False)
+    assert rc == 0, tasks
+    return {
+        host: [
+            (f["check"], f["severity"], f["message"]) for f in result["ansible_facts"]["gpu_doctor_findings"]
+        ]
+        for host, result in dict(tasks)["gpuops.k8s.gpu_doctor : Diagnose the node"].items()
+    }
+
+
+def failing(findings):
+    return [message for _check, severity, message in findings if severity == "fail"]
+
+
+def plugin_log_since(since, text):
+    """The daemon's journal lines on the faulted node since SINCE (journalctl's --since) with TEXT."""
+    journal = on_faulted(
+        "ansible.builtin.command",
+        {"argv": ["journalctl", "-u", "gpuops-device-plugin", "--since", since, "--no-pager", "-o", "cat"]},
+    )["stdout"]
+    return [line for line in journal.splitlines() if text in line]
+
+
+GPU_3_NODE = "/dev/nvidia3"
+MKNOD_GPU_3 = "mknod -m 0666 /dev/nvidia3 c 195 3"
+# make site's health settings for the faulted node's daemon (lab_nodes_gpu.yml).
+PROBE_INTERVAL, QUIET_PERIOD = 2, 10
+
+
+def test_a_plugin_offering_a_gpu_nvml_no_longer_lists_is_named_on_its_node_only(nodes, gpu_nodes, fleet):
+    # A plugin that never re-probes (NVIDIA's; here our daemon, frozen) keeps a GPU whose
+    # device node is gone healthy: the kubelet's checkpoint still lists it, and a fresh
+    # NVML (NVIDIA's mock opens only the GPUs whose nodes exist, as a container's would)
+    # does not.
+    stop = "kill -STOP $(systemctl show --property MainPID --value gpuops-device-plugin)"
+    on_faulted("ansible.builtin.shell", stop)
+    on_faulted("ansible.builtin.command", "rm " + GPU_3_NODE)
+    try:
+        findings = all_findings(fleet)
+        assert failing(findings[HEALTHY]) == [], findings
+        gpu_3 = h100_uuids()[3]
+        advertised = (
+            "the plugin advertises GPUs that NVML no longer lists: %s, held healthy by the kubelet "
+            "(8 nvidia.com/gpu devices registered, NVML lists 7 GPUs); %s is missing (see device_nodes)"
+            % (gpu_3, GPU_3_NODE)
+        )
+        assert failing(findings[FAULTED]) == [advertised], findings
+        assert ("device_nodes", "warn") in [(c, s) for c, s, _ in findings[FAULTED]], findings
+        # Validation fails the node with the doctor's words, without waiting and without a pod.
+        rc, result = validation_on(fleet, FAULTED)
+        assert rc != 0 and result["reasons"] == [advertised] and not result["pod"]["ran"], result
+    finally:
+        on_faulted("ansible.builtin.command", MKNOD_GPU_3)
+        on_faulted("ansible.builtin.shell", stop.replace("-STOP", "-CONT"))
+
+
+def test_a_removed_gpu_device_node_is_found_and_the_daemon_takes_the_gpu_out_and_back(
+    nodes, gpu_nodes, fleet
+):
+    since = on_faulted("ansible.builtin.command", "date '+%Y-%m-%d %H:%M:%S'")["stdout"]
+    removed = time.monotonic()
+    on_faulted("ansible.builtin.command", "rm " + GPU_3_NODE)
+    restored = None
+    try:
+        # The daemon's re-probe finds the node gone and marks the GPU unhealthy: 7 of 8.
+        nodes.wait("7 GPUs allocatable on " + FAULTED, lambda: allocatable(nodes, FAULTED) == "7", 60)
+        out = time.monotonic() - removed
+        gpu_3 = h100_uuids()[3]
+        marked = plugin_log_since(since, "is now Unhealthy")
+        assert marked and marked[-1].endswith(
+            "device %s is now Unhealthy: device node of GPU %s: %s is gone" % (gpu_3, gpu_3, GPU_3_NODE)
+        ), marked
+        findings = all_findings(fleet)
+        assert failing(findings[HEALTHY]) == [], findings
+        held = (
+            "the plugin advertises GPUs that NVML no longer lists: capacity nvidia.com/gpu is 8, NVML "
+            "lists 7 GPUs x 1; the kubelet holds the 1 more unhealthy (allocatable 7); %s is missing "
+            "(see device_nodes)" % GPU_3_NODE
+        )
+        assert failing(findings[FAULTED]) == [held], findings
+        rc, result = validation_on(fleet, FAULTED)
+        assert rc != 0 and result["reasons"] == [held] and not result["pod"]["ran"], result
+        on_faulted("ansible.builtin.command", MKNOD_GPU_3)
+        restored = time.monotonic()
+        # Healthy again once re-probes pass for the quiet period.
+        nodes.wait("GPU 3 back: 8 allocatable on " + FAULTED, lambda: allocatable(nodes, FAULTED) == "8", 60)
+        back = time.monotonic() - restored
+        assert plugin_log_since(since, "is now Healthy: re-probe succeeded"), "no recovery logged"
+        # Measured, not asserted (the kubelet's node status adds up to 10 s to each).
+        print("device node removed -> allocatable 7: %.1f s; restored -> 8: %.1f s" % (out, back))
+    finally:
+        if restored is None:
+            on_faulted("ansible.builtin.command", MKNOD_GPU_3)
+            nodes.wait("8 GPUs allocatable on " + FAULTED, lambda: allocatable(nodes, FAULTED) == "8", 60)
+
+
+def test_a_removed_uvm_node_is_found_on_its_node_only_and_fails_its_validation(nodes, gpu_nodes, fleet):
+    uvm = "/dev/nvidia-uvm"
+    on_faulted("ansible.builtin.command", "rm " + uvm)
+    try:
+        findings = all_findings(fleet)
+        assert failing(findings[HEALTHY]) == [], findings
+        missing = (
+            "/dev/nvidia-uvm is missing: CUDA needs it (unified memory), and the device plugin passes it "
+            "to containers only where it exists"
+        )
+        assert failing(findings[FAULTED]) == [missing], findings
+        rc, result = validation_on(fleet, FAULTED)
+        assert rc != 0 and result["reasons"] == [missing], result
+    finally:
+        on_faulted("ansible.builtin.command", "mknod -m 0666 %s c 510 0" % uvm)
+
+
+def node_ready(nodes, node):
+    conditions = nodes.get("node", node)["status"]["conditions"]
+    return next(c for c in conditions if c["type"] == "Ready")
+
+
+def not_ready(nodes, node):
+    """The Node's Ready condition while it is not True, else None."""
+    condition = node_ready(nodes, node)
+    return condition if condition["status"] != "True" else None
+
+
+def test_a_stopped_container_runtime_is_found_on_its_node_only_and_fails_its_validation(
+    nodes, gpu_nodes, fleet
+):
+    on_faulted("ansible.builtin.systemd_service", "name=containerd state=stopped")
+    try:
+        # The kubelet says the runtime is down about 30 s after its last good check.
+        ready = nodes.wait(
+            "%s NotReady" % FAULTED,
+            lambda: not_ready(nodes, FAULTED),
+            120,
+        )
+        findings = all_findings(fleet)
+        assert failing(findings[HEALTHY]) == [], findings
+        stopped = (
+            "containerd.service is inactive (dead): the container runtime is down, so no container starts "
+            "or stops on the node, and the kubelet reports the Node NotReady"
+        )
+        not_ready = "Node %s is not Ready (Ready=%s, %s): %s" % (
+            FAULTED,
+            ready["status"],
+            ready["reason"],
+            ready["message"],
+        )
+        fails = failing(findings[FAULTED])
+        assert fails[0] == stopped and fails[1].startswith("Node %s is not Ready (Ready=False" % FAULTED), (
+            findings
+        )
+        assert "container runtime is down" in fails[1], findings
+        rc, result = validation_on(fleet, FAULTED)
+        assert rc != 0 and result["reasons"][0] == stopped and not result["pod"]["ran"], result
+        assert result["reasons"][1].startswith("Node %s is not Ready" % FAULTED), (result, not_ready)
+    finally:
+        on_faulted("ansible.builtin.systemd_service", "name=containerd state=started")
+        nodes.wait("%s Ready again" % FAULTED, lambda: node_ready(nodes, FAULTED)["status"] == "True", 120)
+
+
 # The node's kubelet configuration (JSON, written by lab/nodes.py).
 KUBELET_CONFIG = "/etc/kubernetes/kubelet.yaml"
 DROP_FAIL_CGROUP_V1 = (
