@@ -158,7 +158,28 @@ def _toolkit(obs, settings):
                 "reinstall it (role nvidia_container_toolkit)",
             )
         ]
-    return []
+    return _cdi_spec(obs, settings)
+
+
+def _cdi_spec(obs, settings):
+    """In mode cdi the runtime injects GPUs only from NVIDIA's CDI spec, which lives on tmpfs."""
+    spec = settings.get("cdi_spec_path")
+    if settings.get("toolkit_runtime_mode") != "cdi" or not spec:
+        return []
+    found = (obs["node_state"].get("paths") or {}).get(spec)
+    if found is None or found.get("exists"):  # not looked at, or there
+        return []
+    return [
+        finding(
+            "toolkit",
+            FAIL,
+            "%s is missing: the NVIDIA runtime is in mode cdi and injects GPUs only from that spec, so "
+            "every GPU container fails with unresolvable CDI devices" % spec,
+            "generate it as root: nvidia-ctk cdi generate --output=%s (or systemctl start "
+            "nvidia-cdi-refresh.service, or role nvidia_container_toolkit); /var/run is tmpfs, so a "
+            "reboot removes it until the refresh unit runs" % spec,
+        )
+    ]
 
 
 def _runtime(obs, settings):
@@ -382,7 +403,7 @@ _RULES = (
     ("driver_module", ("node_state",), (), _driver_module, False),
     ("device_nodes", ("gpu", "node_state"), (), gpus.device_nodes, False),
     ("nvml", ("gpu",), (), _nvml, False),
-    ("toolkit", ("node_state",), ("runtime_path",), _toolkit, False),
+    ("toolkit", ("node_state",), ("runtime_path", "toolkit_runtime_mode", "cdi_spec_path"), _toolkit, False),
     ("runtime", ("runtime_check",), ("runtime", "runtime_name"), _runtime, False),
     ("drift_guard", ("node_state",), ("drift_guard_units",), _drift_guard, False),
     (

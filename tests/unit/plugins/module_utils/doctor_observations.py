@@ -15,6 +15,8 @@ SETTINGS = {
     "runtime": "containerd",
     "runtime_name": "nvidia",
     "runtime_path": "/usr/bin/nvidia-container-runtime",
+    "toolkit_runtime_mode": "auto",
+    "cdi_spec_path": "/var/run/cdi/nvidia.yaml",
     "runtime_is_default": False,
     "runtime_class": "nvidia",
     "kubelet_version": "",

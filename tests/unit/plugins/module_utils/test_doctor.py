@@ -181,6 +181,30 @@ def test_a_toolkit_binary_that_cannot_run():
     }
 
 
+RUNTIME = "/usr/bin/nvidia-container-runtime"
+SPEC = "/var/run/cdi/nvidia.yaml"
+
+
+def test_a_cdi_spec_missing_in_mode_cdi_is_named_with_its_fix():
+    paths = {RUNTIME: {"exists": True, "type": "file", "executable": True}, SPEC: {"exists": False}}
+    found = only(diagnose({"node_state": state(paths=paths)}, {"toolkit_runtime_mode": "cdi"}))
+    assert found["check"] == "toolkit" and found["severity"] == "fail", found
+    assert found["message"] == (
+        "/var/run/cdi/nvidia.yaml is missing: the NVIDIA runtime is in mode cdi and injects GPUs only "
+        "from that spec, so every GPU container fails with unresolvable CDI devices"
+    )
+    assert found["fix"].startswith("generate it as root: nvidia-ctk cdi generate --output=" + SPEC)
+
+
+@pytest.mark.parametrize(
+    "mode, spec",
+    [("cdi", {"exists": True, "type": "file"}), ("auto", {"exists": False}), ("legacy", {"exists": False})],
+)
+def test_a_cdi_spec_is_needed_only_in_mode_cdi(mode, spec):
+    paths = {RUNTIME: {"exists": True, "type": "file", "executable": True}, SPEC: spec}
+    assert diagnose({"node_state": state(paths=paths)}, {"toolkit_runtime_mode": mode}) == []
+
+
 def test_a_toolkit_binary_not_looked_at_is_no_finding():
     assert diagnose({"node_state": state(paths={})}) == []
 
