@@ -1008,7 +1008,7 @@ def test_a_plugin_offering_a_gpu_nvml_no_longer_lists_is_named_on_its_node_only(
             % (gpu_3, GPU_3_NODE)
         )
         assert failing(findings[FAULTED]) == [advertised], findings
-        assert ("device_nodes", "warn") in [(c, s) for c, s, _ in findings[FAULTED]], findings
+        assert ("device_nodes", "warn") in [found[:2] for found in findings[FAULTED]], findings
         # Validation fails the node with the doctor's words, without waiting and without a pod.
         rc, result = validation_on(fleet, FAULTED)
         assert rc != 0 and result["reasons"] == [advertised] and not result["pod"]["ran"], result
