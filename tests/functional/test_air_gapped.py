@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 from conftest import REPO
-from resolve import resolve, task_arg, template_expr
+from resolve import find_task, resolve, task_arg, template_expr
 
 AIR_GAPPED = REPO / "inventories" / "examples" / "air-gapped"
 MIRROR_HOSTS = {"mirror.example.internal", "registry.example.internal"}
@@ -71,13 +71,13 @@ NAMES = [
 
 def exprs(os_family):
     found = {
-        "pip_args": task_arg(
+        # Where pip looks goes through its environment (PIP_NO_INDEX, PIP_FIND_LINKS, PIP_INDEX_URL).
+        "pip_env": find_task(
             "device_plugin",
             "install.yml",
             "Install the pinned dependencies and the build backend into the venv",
             "ansible.builtin.pip",
-            "extra_args",
-        ),
+        )["environment"],
         "plugin": template_expr("device_plugin", "nvidia-device-plugin.yml.j2"),
         "operator_values": template_expr("device_plugin", "gpu-operator-values.yml.j2"),
         "dcgm": template_expr("cluster_addons", "dcgm-exporter.yaml.j2"),
@@ -134,13 +134,14 @@ def sources(got, os_family):
             for line in got["toolkit_source"].splitlines()
             if line.startswith("URIs: ")
         ]
-    # `omit` (no wheelhouse, no index: pip's defaults) drops out of the reported dict.
-    pip = got.get("pip_args", "")
-    if pip.startswith("--no-index --find-links "):
+    # An empty environment: no wheelhouse, no index, pip's defaults.
+    pip = got.get("pip_env") or {}
+    if pip.get("PIP_NO_INDEX"):
         # The role copies the controller's wheelhouse to the node and installs from that copy.
+        assert pip["PIP_FIND_LINKS"].endswith("/wheelhouse"), pip
         found.append(("device plugin wheels", "file://" + got["device_plugin_wheelhouse"]))
-    elif pip.startswith("--index-url "):
-        found.append(("device plugin wheels", pip.split()[1]))
+    elif pip.get("PIP_INDEX_URL"):
+        found.append(("device plugin wheels", pip["PIP_INDEX_URL"]))
     else:  # pip's own default index
         found.append(("device plugin wheels", "https://pypi.org/simple"))
     if got["device_plugin_operator_chart_ref"].startswith("/"):

@@ -172,8 +172,13 @@ def run_pod(nodes, name, node, container, *, runtime_class=None, volumes=()):
         pod = nodes.get("pod", name)
         assert pod["status"]["phase"] == "Succeeded", pod["status"]
         assert pod["spec"]["nodeName"] == node
-        # The log travels API server -> the node's kubelet (its serving certificate).
-        return pod, nodes.kubectl("logs", name).stdout.strip().splitlines()[-1]
+
+        # The log travels API server -> the node's kubelet (its serving certificate). Right
+        # after the pod ends, on a busy machine, the kubelet may answer with none yet.
+        def pod_log():
+            return nodes.kubectl("logs", name, check=False).stdout.strip()
+
+        return pod, nodes.wait("the log of pod %s" % name, pod_log, 30).splitlines()[-1]
     finally:
         nodes.kubectl("delete", "pod", name, "--ignore-not-found", "--wait=false")
 
