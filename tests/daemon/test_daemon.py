@@ -285,7 +285,9 @@ def dev_root():
     """An nvidiaDevRoot whose dev/ holds nvidia0..7 (character devices 195:0..7), as the
     H100 profile's minor numbers say; the host's /dev is not touched."""
     if os.geteuid() != 0:
-        pytest.skip("device nodes need mknod: run as root (make test does)")
+        # Not a skip: make test runs as root (the lab needs it), so a run without root is
+        # a setup error to see, not a test to leave out quietly.
+        pytest.fail("device nodes need mknod: run as root (make test does)")
     root = short_tempdir("devroot-")
     os.mkdir(os.path.join(root, "dev"))
     for minor in range(len(H100_UUIDS)):
