@@ -130,33 +130,47 @@ def _root(pid):
     return status.st_dev, status.st_ino
 
 
+# A kubelet asked only for its version or help (kubelet_info itself runs one, and on a host
+# reached by several inventory names at once another run may be caught mid-scan) is no
+# running kubelet.
+_ONE_SHOT_FLAGS = frozenset(("--version", "--help", "-h"))
+
+
+def _config_flag(argv):
+    """The --config value on a command line, or None."""
+    for index, arg in enumerate(argv):
+        if arg.startswith("--config="):
+            return arg.split("=", 1)[1]
+        if arg == "--config" and index + 1 < len(argv):
+            return argv[index + 1]
+    return None
+
+
 def running_kubelet():
     """(binary, --config value) of a running kubelet, or (None, None).
 
     Only a kubelet that sees this host's files counts: one in a container (a node of a
     kind-like lab, or a kubelet in a pod) shows in /proc too, but its binary and --config
-    are paths inside the container, which here name nothing or something else.
+    are paths inside the container, which here name nothing or something else. Of several,
+    one started with --config wins, whatever order /proc lists them in.
     """
     ours = _root("self")
+    found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             argv = _read("/proc/%s/cmdline" % pid).split("\0")
             binary = os.readlink("/proc/%s/exe" % pid)
         except OSError:
             continue  # gone meanwhile, or not ours to read
-        if os.path.basename(binary) != "kubelet":
+        if os.path.basename(binary) != "kubelet" or _ONE_SHOT_FLAGS.intersection(argv):
             continue
         # Its own root directory, not its mount namespace: the lab's host kubelet runs in a
         # namespace of its own over this host's root.
         if ours is not None and _root(pid) not in (ours, None):
             continue
-        for index, arg in enumerate(argv):
-            if arg.startswith("--config="):
-                return binary, arg.split("=", 1)[1]
-            if arg == "--config" and index + 1 < len(argv):
-                return binary, argv[index + 1]
-        return binary, None
-    return None, None
+        found.append((binary, _config_flag(argv)))
+    found.sort(key=lambda kubelet: kubelet[1] is None)
+    return found[0] if found else (None, None)
 
 
 def read_config(path):
