@@ -32,6 +32,21 @@ DEFAULT_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
 SHARING_TIME_SLICING = "time-slicing"
 SHARING_MPS = "mps"
 SHARING_NONE = "none"
+# Which kubelet API the daemon serves the GPUs through: the device plugin (nvidia.com/gpu)
+# or Dynamic Resource Allocation (driver gpu.gpuops.k8s). One per process and node: see
+# gpuops_device_plugin/frontends.py for why.
+FRONT_END_DEVICE_PLUGIN = "devicePlugin"
+FRONT_END_DRA = "dra"
+FRONT_ENDS = (FRONT_END_DEVICE_PLUGIN, FRONT_END_DRA)
+# The DRA front end's defaults: the kubelet's directories (its plugin watcher's registry and
+# the drivers' sockets), CDI's runtime directory with nvidia-ctk's spec, and the kubelet's
+# own credentials (the Node authorizer lets a node manage its own ResourceSlices and read
+# the claims of its pods, so the driver needs no RBAC of its own).
+DEFAULT_DRA_REGISTRY_DIR = "/var/lib/kubelet/plugins_registry"
+DEFAULT_DRA_PLUGINS_DIR = "/var/lib/kubelet/plugins"
+DEFAULT_DRA_CDI_DIR = "/var/run/cdi"
+DEFAULT_DRA_TOOLKIT_SPEC = "/var/run/cdi/nvidia.yaml"
+DEFAULT_DRA_KUBECONFIG = "/etc/kubernetes/kubelet.conf"
 
 
 class ConfigError(ValueError):
@@ -86,6 +101,18 @@ class Config:
     probe_interval_seconds: float = 5.0
     metrics_address: str = ":9402"
     log_level: str = "INFO"
+    front_end: str = FRONT_END_DEVICE_PLUGIN
+    # The DRA front end's (`dra:` in the file); the device plugin front end reads none.
+    # "": the host name in lower case, as the kubelet names its Node without an override.
+    dra_node_name: str = ""
+    dra_kubeconfig: str = DEFAULT_DRA_KUBECONFIG
+    dra_registry_dir: str = DEFAULT_DRA_REGISTRY_DIR
+    dra_plugins_dir: str = DEFAULT_DRA_PLUGINS_DIR
+    dra_cdi_dir: str = DEFAULT_DRA_CDI_DIR
+    dra_toolkit_spec: str = DEFAULT_DRA_TOOLKIT_SPEC
+    # How often the node's ResourceSlices are checked (and published again after the
+    # kubelet deleted them); a health change publishes at once.
+    dra_resync_seconds: float = 30.0
 
     def describe(self) -> dict[str, Any]:
         """The effective configuration as plain data, for the one start-up log line."""
@@ -126,6 +153,13 @@ OPTIONS = {
     "device-plugin-path": ("plugin_dir", str, ("GPUOPS_DEVICE_PLUGIN_PATH",)),
     "metrics-address": ("metrics_address", str, ("GPUOPS_METRICS_ADDRESS",)),
     "log-level": ("log_level", str, ("GPUOPS_LOG_LEVEL",)),
+    "front-end": ("front_end", str, ("GPUOPS_FRONT_END",)),
+    # NODE_NAME: what NVIDIA's DRA driver reads (the downward API's spec.nodeName).
+    "node-name": ("dra_node_name", str, ("NODE_NAME",)),
+    "kubeconfig": ("dra_kubeconfig", str, ("GPUOPS_KUBECONFIG",)),
+    "kubelet-registry-path": ("dra_registry_dir", str, ("GPUOPS_KUBELET_REGISTRY_PATH",)),
+    "kubelet-plugins-path": ("dra_plugins_dir", str, ("GPUOPS_KUBELET_PLUGINS_PATH",)),
+    "cdi-root": ("dra_cdi_dir", str, ("GPUOPS_CDI_ROOT",)),
 }
 
 
@@ -194,7 +228,9 @@ def values_from_data(data: Any, where: str) -> dict[str, Any]:
     if data is None:
         return {}
     reader = _Reader(where)
-    root = reader.mapping(data, "", {"version", "flags", "sharing", "health", "metrics", "resources"})
+    root = reader.mapping(
+        data, "", {"version", "flags", "sharing", "health", "metrics", "resources", "frontEnd", "dra"}
+    )
     version = root.get("version", "v1")
     if version != "v1":
         raise ConfigError(f"{where}: version: {version!r} is not supported; valid: v1")
@@ -205,7 +241,21 @@ def values_from_data(data: Any, where: str) -> dict[str, Any]:
     metrics = reader.mapping(root.get("metrics"), "metrics", {"address"})
     if "address" in metrics:
         values["metrics_address"] = reader.string(metrics["address"], "metrics.address")
+    if "frontEnd" in root:
+        values["front_end"] = reader.string(root["frontEnd"], "frontEnd")
+    values.update(reader.dra(root.get("dra")))
     return values
+
+
+# The `dra:` section's keys -> Config fields (strings; resyncSeconds is read apart).
+DRA_KEYS = {
+    "nodeName": "dra_node_name",
+    "kubeconfig": "dra_kubeconfig",
+    "kubeletRegistryDir": "dra_registry_dir",
+    "kubeletPluginsDir": "dra_plugins_dir",
+    "cdiDir": "dra_cdi_dir",
+    "toolkitSpec": "dra_toolkit_spec",
+}
 
 
 class _Reader:
@@ -376,6 +426,15 @@ class _Reader:
             )
         return values
 
+    def dra(self, value):
+        dra = self.mapping(value, "dra", {*DRA_KEYS, "resyncSeconds"})
+        values: dict[str, Any] = {
+            field: self.string(dra[key], "dra." + key) for key, field in DRA_KEYS.items() if key in dra
+        }
+        if "resyncSeconds" in dra:
+            values["dra_resync_seconds"] = self.seconds(dra["resyncSeconds"], "dra.resyncSeconds")
+        return values
+
     def xid_list(self, value, field):
         if not isinstance(value, list):
             self.fail(field, value, "expected a list of XIDs (positive integers)")
@@ -420,6 +479,7 @@ def validated(values: dict[str, Any]) -> Config:
                 f"metrics.address: {config.metrics_address!r} is not valid; "
                 "expected [host]:port, or '' to disable"
             )
+    _check_front_end(config)
     for section, resources in (("timeSlicing", config.shared), ("mps", config.mps_shared or ())):
         names = [s.name for s in resources]
         dupes = sorted({n for n in names if names.count(n) > 1})
@@ -428,6 +488,24 @@ def validated(values: dict[str, Any]) -> Config:
                 f"sharing.{section}.resources: {dupes[0]!r} is listed twice; list each resource once"
             )
     return dataclasses.replace(config, log_level=config.log_level.upper())
+
+
+def _check_front_end(config: Config) -> None:
+    if config.front_end not in FRONT_ENDS:
+        raise ConfigError(f"frontEnd: {config.front_end!r} is not valid; valid: {', '.join(FRONT_ENDS)}")
+    for key, field in DRA_KEYS.items():
+        path = getattr(config, field)
+        if key == "nodeName":
+            continue
+        if not os.path.isabs(path):
+            raise ConfigError(f"dra.{key}: {path!r} is not valid; expected an absolute path")
+    if config.front_end == FRONT_END_DRA and any(r.replicas > 1 for r in config.shared):
+        # DRA shares a GPU per claim, not per node: two pods on one claim, or a claim's
+        # opaque GpuConfig (sharing.strategy TimeSlicing). Replicas would never be served.
+        raise ConfigError(
+            "sharing.timeSlicing.resources: replicas are not valid with frontEnd dra; valid: none "
+            "(DRA shares a GPU through a shared claim, or a claim's GpuConfig with sharing.strategy TimeSlicing)"
+        )
 
 
 def refuse_unserved(config: Config) -> None:
@@ -440,13 +518,14 @@ def refuse_unserved(config: Config) -> None:
 
 
 # The modes of the device_plugin role and what each one's plugin reads.
-PLUGIN_MODES = ("gpuops", "nvidia", "operator")
+# dra: the gpuops daemon's DRA front end (it offers no nvidia.com/gpu through a device plugin).
+PLUGIN_MODES = ("gpuops", "nvidia", "operator", "dra")
 
 
 def served(record: dict[str, Any], where: str = "device_plugin") -> Config:
     """The configuration a node's device plugin serves with, from the device_plugin role's record.
 
-    record: {"mode": gpuops|nvidia|operator, "config": the plugin's configuration document
+    record: {"mode": gpuops|nvidia|operator|dra, "config": the plugin's configuration document
     as data (NVIDIA's v1 schema), "environment": the plugin's environment}. Both plugins
     take an environment variable over the file (MIG_STRATEGY over flags.migStrategy). The
     gpuops daemon refuses what it does not serve (MPS); NVIDIA's plugin may be given it.
@@ -468,7 +547,7 @@ def served(record: dict[str, Any], where: str = "device_plugin") -> Config:
     values = values_from_data(record.get("config") or None, f"{where}.config")
     values.update(values_from_environment({str(k): str(v) for k, v in environment.items()}, values))
     config = validated(values)
-    if mode == "gpuops":
+    if mode in ("gpuops", "dra"):
         refuse_unserved(config)
         return config
     return as_nvidia_reads(config)

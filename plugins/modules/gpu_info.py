@@ -78,9 +78,10 @@ options:
       mode:
         description:
           - Which plugin serves the node. V(gpuops) refuses what the gpuops daemon does not
-            serve (C(sharing.mps)), as the daemon itself does.
+            serve (C(sharing.mps)), as the daemon itself does. V(dra) is the gpuops daemon's
+            DRA front end (driver C(gpu.gpuops.k8s)), read as V(gpuops) is.
         type: str
-        choices: [gpuops, nvidia, operator]
+        choices: [gpuops, nvidia, operator, dra]
         default: gpuops
       config:
         description:
@@ -331,7 +332,7 @@ device_plugin:
       type: str
       sample: record
     mode:
-      description: Which plugin serves the node (V(gpuops), V(nvidia), V(operator)); null when unknown.
+      description: Which plugin serves the node (V(gpuops), V(nvidia), V(operator), V(dra)); null when unknown.
       type: str
       sample: gpuops
     mig_strategy:

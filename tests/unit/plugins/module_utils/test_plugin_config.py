@@ -52,6 +52,14 @@ def test_the_environment_wins_over_the_file_as_in_both_plugins():
     )
 
 
+def test_the_dra_record_is_read_as_the_daemon_reads_it():
+    document = {"version": "v1", "frontEnd": "dra", "dra": {"nodeName": "gpu-1"}}
+    config = pc.served({"mode": "dra", "config": document, "environment": {}})
+    assert (config.front_end, config.dra_node_name) == ("dra", "gpu-1")
+    with pytest.raises(pc.ConfigError, match=r"device_plugin\.mode: 'dra2' is not valid; valid: .*, dra"):
+        pc.served({"mode": "dra2"})
+
+
 def test_an_empty_record_is_the_defaults():
     config = pc.served({})
     assert (config.mig_strategy, config.sharing()) == ("none", ("none", (), False))
@@ -109,7 +117,7 @@ def test_an_mps_section_wins_over_time_slicing_like_nvidias_config():
     "record, message",
     [
         ([], r"device_plugin: \[\] is not valid; expected a mapping"),
-        ({"mode": "dra"}, r"device_plugin\.mode: 'dra' is not valid; valid: gpuops, nvidia, operator"),
+        ({"mode": "nvidia_dra"}, r"device_plugin\.mode: 'nvidia_dra' is not valid; valid: gpuops, nvidia, operator, dra"),
         ({"modes": "gpuops"}, r"device_plugin\.modes: 'gpuops' is not valid; unknown key; valid keys here"),
         ({"environment": ["MIG_STRATEGY=single"]}, r"device_plugin\.environment: .* expected a mapping"),
         (

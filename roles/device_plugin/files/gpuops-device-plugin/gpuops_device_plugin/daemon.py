@@ -3,8 +3,13 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Wiring and lifecycle: start, the control loop, SIGHUP reload, SIGTERM stop.
 
-Exit status: 0 stopped by a signal; 1 NVML failed and failOnInitError is true; 2 the
-configuration is invalid (nothing was served).
+The process serves one front end, `frontEnd` in the configuration: the device plugin
+(Plugin, here) or DRA (dra.frontend.DraFrontEnd, whose docstring says why never both).
+A reload keeps the front end: a change of it is refused until the service restarts.
+
+Exit status: 0 stopped by a signal; 1 NVML failed and failOnInitError is true (device
+plugin only: the DRA front end serves without NVML, for Unprepare); 2 the configuration is
+invalid (nothing was served).
 """
 
 from __future__ import annotations
@@ -19,7 +24,10 @@ import threading
 
 from . import allocation, resources
 from . import config as config_mod
+from ._plugin_config import FRONT_END_DRA
 from .discovery import DiscoveryError, Nvml
+from .dra.checkpoint import CheckpointError
+from .dra.frontend import DraFrontEnd, FrontEndError
 from .health import HealthState, HealthWatcher
 from .metrics import Metrics
 from .registrar import KUBELET_SOCKET, DirectoryWatcher, Endpoint
@@ -89,6 +97,7 @@ class Daemon:
         self.pending_signal = None
         self.metrics = Metrics()
         self.nvml = Nvml()
+        self.nvml_usable = True
         self.plugin = None
 
     def on_signal(self, signum, _frame) -> None:
@@ -99,6 +108,8 @@ class Daemon:
         signal.signal(signal.SIGTERM, self.on_signal)
         signal.signal(signal.SIGINT, self.on_signal)
         signal.signal(signal.SIGHUP, self.on_signal)
+        if config.front_end == FRONT_END_DRA:
+            return self.run_dra(config)
         try:
             self.nvml.start()
         except DiscoveryError as error:
@@ -126,6 +137,40 @@ class Daemon:
             self.plugin.stop()
             self.metrics.shutdown()
             self.nvml.stop()
+
+    def run_dra(self, config) -> int:
+        """The DRA front end: it serves even where NVML is not usable (see its docstring)."""
+        try:
+            self.nvml.start()
+            self.nvml_usable = True
+        except DiscoveryError as error:
+            LOG.error("NVML is not usable: %s; serving DRA without GPUs (Unprepare works)", error)
+            self.nvml_usable = False
+        try:
+            self.plugin = self.front_end(config)
+            self.plugin.start()
+        except (FrontEndError, CheckpointError, OSError) as error:
+            LOG.error("the DRA front end cannot start on this node: %s", error)
+            self.plugin.stop()
+            self.stop_nvml()
+            return 2
+        self.metrics.serve(config.metrics_address)
+        try:
+            return self.loop(None)
+        finally:
+            self.plugin.stop()
+            self.metrics.shutdown()
+            self.stop_nvml()
+
+    def stop_nvml(self) -> None:
+        if self.nvml_usable:
+            self.nvml.stop()
+
+    def front_end(self, config):
+        """A front end for config, not started."""
+        if config.front_end == FRONT_END_DRA:
+            return DraFrontEnd(config, self.nvml, self.metrics, nvml_usable=self.nvml_usable)
+        return Plugin(config, self.nvml, self.metrics)
 
     def retry_later(self) -> None:
         timer = threading.Timer(REGISTER_RETRY_S, lambda: self.commands.put(("kubelet",)))
@@ -182,14 +227,22 @@ class Daemon:
             LOG.error("reload refused, keeping the running configuration: %s", error)
             return
         old = self.plugin
+        if config.front_end != old.config.front_end:
+            LOG.error(
+                "reload refused, keeping the running configuration: frontEnd %r is not the running %r;"
+                " restart the service to change it",
+                config.front_end,
+                old.config.front_end,
+            )
+            return
         old.stop()
-        fresh = Plugin(config, self.nvml, self.metrics)
+        fresh = self.front_end(config)
         try:
             fresh.start()
-        except (resources.ResourceError, DiscoveryError) as error:
+        except (resources.ResourceError, DiscoveryError, FrontEndError, CheckpointError, OSError) as error:
             LOG.error("reload failed, restoring the running configuration: %s", error)
             fresh.stop()
-            fresh = Plugin(old.config, self.nvml, self.metrics)
+            fresh = self.front_end(old.config)
             fresh.start()
         self.plugin = fresh
         log_config(fresh.config)

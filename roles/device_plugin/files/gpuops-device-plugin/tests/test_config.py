@@ -124,7 +124,23 @@ def test_nvidias_health_env_vars():
         ),
         ("flags:\n  plugin:\n    deviceListStrategy: env\n", "deviceListStrategy: 'env' is not valid"),
         ("flags:\n  plugin:\n    deviceIDStrategy: serial\n", "deviceIDStrategy: 'serial' is not valid"),
-        ("flagz: {}\n", "flagz: {} is not valid; unknown key; valid keys here: flags, health, metrics"),
+        (
+            "flagz: {}\n",
+            "flagz: {} is not valid; unknown key; valid keys here: dra, flags, frontEnd, health, metrics",
+        ),
+        ("frontEnd: kubelet\n", "frontEnd: 'kubelet' is not valid; valid: devicePlugin, dra"),
+        ("frontEnd: [dra]\n", "frontEnd: ['dra'] is not valid; expected a string"),
+        (
+            "dra:\n  driver: gpu.example.com\n",
+            "dra.driver: 'gpu.example.com' is not valid; unknown key; valid keys here: cdiDir, kubeconfig,",
+        ),
+        ("dra:\n  cdiDir: run/cdi\n", "dra.cdiDir: 'run/cdi' is not valid; expected an absolute path"),
+        ("dra:\n  kubeconfig: 3\n", "dra.kubeconfig: 3 is not valid; expected a string"),
+        ("dra:\n  resyncSeconds: 0\n", "dra.resyncSeconds: 0 is not valid; expected a number of seconds > 0"),
+        (
+            "frontEnd: dra\nsharing:\n  timeSlicing:\n    resources:\n      - {name: nvidia.com/gpu, replicas: 2}\n",
+            "sharing.timeSlicing.resources: replicas are not valid with frontEnd dra; valid: none",
+        ),
         (
             "sharing:\n  timeSlicing:\n    resources:\n      - name: nvidia.com/gpu\n        replicas: 0\n",
             "sharing.timeSlicing.resources[0].replicas: 0 is not valid; expected an integer >= 1",
@@ -202,3 +218,61 @@ def test_mps_is_refused_by_name(tmp_path):
     path = write(tmp_path, "sharing:\n  mps:\n    resources:\n      - {name: nvidia.com/gpu, replicas: 2}\n")
     with pytest.raises(cfg.ConfigError, match=r"sharing\.mps: the gpuops device plugin does not serve MPS"):
         cfg.load(["--config-file", path], {})
+
+
+DRA_FILE = """\
+version: v1
+frontEnd: dra
+dra:
+  nodeName: gpu-node-1
+  kubeconfig: /etc/gpuops/kubeconfig
+  kubeletRegistryDir: /k/plugins_registry
+  kubeletPluginsDir: /k/plugins
+  cdiDir: /run/cdi
+  toolkitSpec: /run/cdi/nvidia-gpus.yaml
+  resyncSeconds: 12
+"""
+
+
+def test_the_device_plugin_is_the_default_front_end_and_dra_defaults_are_the_kubelets():
+    config = cfg.load([], {})
+    assert config.front_end == "devicePlugin"
+    assert (config.dra_node_name, config.dra_kubeconfig) == ("", "/etc/kubernetes/kubelet.conf")
+    assert (config.dra_registry_dir, config.dra_plugins_dir) == (
+        "/var/lib/kubelet/plugins_registry",
+        "/var/lib/kubelet/plugins",
+    )
+    assert (config.dra_cdi_dir, config.dra_toolkit_spec) == ("/var/run/cdi", "/var/run/cdi/nvidia.yaml")
+    assert config.dra_resync_seconds == 30.0
+
+
+def test_the_dra_section_is_read(tmp_path):
+    config = cfg.load(["--config-file", write(tmp_path, DRA_FILE)], {})
+    assert config.front_end == "dra"
+    assert config.dra_node_name == "gpu-node-1"
+    assert config.dra_kubeconfig == "/etc/gpuops/kubeconfig"
+    assert (config.dra_registry_dir, config.dra_plugins_dir) == ("/k/plugins_registry", "/k/plugins")
+    assert (config.dra_cdi_dir, config.dra_toolkit_spec) == ("/run/cdi", "/run/cdi/nvidia-gpus.yaml")
+    assert config.dra_resync_seconds == 12.0
+
+
+def test_dra_flags_beat_env_beat_the_file(tmp_path):
+    path = write(tmp_path, DRA_FILE)
+    env = {"NODE_NAME": "from-env", "GPUOPS_KUBECONFIG": "/env/kubeconfig", "GPUOPS_FRONT_END": "devicePlugin"}
+    config = cfg.load(["--config-file", path], env)
+    assert (config.front_end, config.dra_node_name, config.dra_kubeconfig) == (
+        "devicePlugin",
+        "from-env",
+        "/env/kubeconfig",
+    )
+    config = cfg.load(
+        ["--config-file", path, "--front-end", "dra", "--node-name", "flag", "--cdi-root", "/flag/cdi"], env
+    )
+    assert (config.front_end, config.dra_node_name, config.dra_cdi_dir) == ("dra", "flag", "/flag/cdi")
+    with pytest.raises(cfg.ConfigError, match=r"kubelet-plugins-path|dra.kubeletPluginsDir: 'rel' is not valid"):
+        cfg.load(["--kubelet-plugins-path", "rel"], {})
+
+
+def test_replicas_of_one_are_no_sharing_and_pass_with_dra(tmp_path):
+    text = "frontEnd: dra\nsharing:\n  timeSlicing:\n    resources:\n      - {name: nvidia.com/gpu, replicas: 1}\n"
+    assert cfg.load(["--config-file", write(tmp_path, text)], {}).front_end == "dra"
