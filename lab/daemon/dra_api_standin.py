@@ -32,7 +32,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
         parts = url.path.strip("/").split("/")
         if url.path == SLICES:
             return self.answer(200, self.server.list_slices(urllib.parse.parse_qs(url.query)))
-        if parts[:3] == ["apis", "resource.k8s.io", "v1"] and len(parts) == 7 and parts[5] == "resourceclaims":
+        if (
+            parts[:3] == ["apis", "resource.k8s.io", "v1"]
+            and len(parts) == 7
+            and parts[5] == "resourceclaims"
+        ):
             found = self.server.claims(parts[4], parts[6])
             return self.answer(200, found) if found else self.status(404, "NotFound")
         if parts[:3] == ["api", "v1", "nodes"] and len(parts) == 4:

@@ -504,7 +504,8 @@ def _check_front_end(config: Config) -> None:
         # opaque GpuConfig (sharing.strategy TimeSlicing). Replicas would never be served.
         raise ConfigError(
             "sharing.timeSlicing.resources: replicas are not valid with frontEnd dra; valid: none "
-            "(DRA shares a GPU through a shared claim, or a claim's GpuConfig with sharing.strategy TimeSlicing)"
+            "(DRA shares a GPU through a shared claim, or a claim's GpuConfig with "
+            "sharing.strategy TimeSlicing)"
         )
 
 

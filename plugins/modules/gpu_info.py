@@ -332,7 +332,8 @@ device_plugin:
       type: str
       sample: record
     mode:
-      description: Which plugin serves the node (V(gpuops), V(nvidia), V(operator), V(dra)); null when unknown.
+      description:
+        Which plugin serves the node (V(gpuops), V(nvidia), V(operator), V(dra)); null when unknown.
       type: str
       sample: gpuops
     mig_strategy:

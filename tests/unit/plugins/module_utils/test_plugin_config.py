@@ -117,7 +117,10 @@ def test_an_mps_section_wins_over_time_slicing_like_nvidias_config():
     "record, message",
     [
         ([], r"device_plugin: \[\] is not valid; expected a mapping"),
-        ({"mode": "nvidia_dra"}, r"device_plugin\.mode: 'nvidia_dra' is not valid; valid: gpuops, nvidia, operator, dra"),
+        (
+            {"mode": "nvidia_dra"},
+            r"device_plugin\.mode: 'nvidia_dra' is not valid; valid: gpuops, nvidia, operator, dra",
+        ),
         ({"modes": "gpuops"}, r"device_plugin\.modes: 'gpuops' is not valid; unknown key; valid keys here"),
         ({"environment": ["MIG_STRATEGY=single"]}, r"device_plugin\.environment: .* expected a mapping"),
         (

@@ -138,7 +138,8 @@ def test_nvidias_health_env_vars():
         ("dra:\n  kubeconfig: 3\n", "dra.kubeconfig: 3 is not valid; expected a string"),
         ("dra:\n  resyncSeconds: 0\n", "dra.resyncSeconds: 0 is not valid; expected a number of seconds > 0"),
         (
-            "frontEnd: dra\nsharing:\n  timeSlicing:\n    resources:\n      - {name: nvidia.com/gpu, replicas: 2}\n",
+            "frontEnd: dra\nsharing:\n  timeSlicing:\n    resources:\n"
+            "      - {name: nvidia.com/gpu, replicas: 2}\n",
             "sharing.timeSlicing.resources: replicas are not valid with frontEnd dra; valid: none",
         ),
         (
@@ -258,7 +259,11 @@ def test_the_dra_section_is_read(tmp_path):
 
 def test_dra_flags_beat_env_beat_the_file(tmp_path):
     path = write(tmp_path, DRA_FILE)
-    env = {"NODE_NAME": "from-env", "GPUOPS_KUBECONFIG": "/env/kubeconfig", "GPUOPS_FRONT_END": "devicePlugin"}
+    env = {
+        "NODE_NAME": "from-env",
+        "GPUOPS_KUBECONFIG": "/env/kubeconfig",
+        "GPUOPS_FRONT_END": "devicePlugin",
+    }
     config = cfg.load(["--config-file", path], env)
     assert (config.front_end, config.dra_node_name, config.dra_kubeconfig) == (
         "devicePlugin",
@@ -269,10 +274,14 @@ def test_dra_flags_beat_env_beat_the_file(tmp_path):
         ["--config-file", path, "--front-end", "dra", "--node-name", "flag", "--cdi-root", "/flag/cdi"], env
     )
     assert (config.front_end, config.dra_node_name, config.dra_cdi_dir) == ("dra", "flag", "/flag/cdi")
-    with pytest.raises(cfg.ConfigError, match=r"kubelet-plugins-path|dra.kubeletPluginsDir: 'rel' is not valid"):
+    with pytest.raises(
+        cfg.ConfigError, match=r"dra\.kubeletPluginsDir: 'rel' is not valid; expected an absolute path"
+    ):
         cfg.load(["--kubelet-plugins-path", "rel"], {})
 
 
 def test_replicas_of_one_are_no_sharing_and_pass_with_dra(tmp_path):
-    text = "frontEnd: dra\nsharing:\n  timeSlicing:\n    resources:\n      - {name: nvidia.com/gpu, replicas: 1}\n"
+    text = (
+        "frontEnd: dra\nsharing:\n  timeSlicing:\n    resources:\n      - {name: nvidia.com/gpu, replicas: 1}"
+    )
     assert cfg.load(["--config-file", write(tmp_path, text)], {}).front_end == "dra"

@@ -111,7 +111,9 @@ class DraFrontEnd:
         for claim in checkpoint.stale():
             # Prepared again (its spec replaced whole) when the kubelet asks, or forgotten
             # when it unprepares: nothing to roll back before either.
-            LOG.warning("claim %s/%s (%s) was cut off while being prepared", claim.namespace, claim.name, claim.uid)
+            LOG.warning(
+                "claim %s/%s (%s) was cut off while being prepared", claim.namespace, claim.name, claim.uid
+            )
         preparer = Preparer(
             checkpoint,
             ClaimSpecs(self.config.dra_cdi_dir, self.config.dra_toolkit_spec),
@@ -127,7 +129,9 @@ class DraFrontEnd:
         )
         watched = self.config.health_enabled and bool(facts["gpus"])
         if watched:
-            self.watcher = HealthWatcher(self.nvml, facts["gpus"], self.health, self.config, metrics=self.metrics)
+            self.watcher = HealthWatcher(
+                self.nvml, facts["gpus"], self.health, self.config, metrics=self.metrics
+            )
             self.watcher.start()
         if self.nvml_usable:
             from .publisher import SlicePublisher  # noqa: PLC0415 - imports the kubernetes client
@@ -194,7 +198,11 @@ class SliceSync(threading.Thread):
         except SliceApiError as error:
             # Logged once per distinct failure, not every resync while the API is away.
             if str(error) != self.last_error:
-                LOG.error("cannot publish the node's ResourceSlices (tried again every %gs): %s", self.resync_s, error)
+                LOG.error(
+                    "cannot publish the node's ResourceSlices (tried again every %gs): %s",
+                    self.resync_s,
+                    error,
+                )
             self.last_error = str(error)
             return
         except Exception:
