@@ -14,6 +14,11 @@ COMPONENTS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubect
 cache="${GPUOPS_LAB_CACHE:-$HOME/.cache/gpuops-lab}"
 key="$(cat "$kube_module/go.mod" "$kube_module/go.sum" "$0" | sha256sum | cut -c1-12)"
 out="$cache/kube-$KUBE_VERSION-$key"
+# One build at a time: make test's lanes (the daemon's private API server, the lab) may
+# ask at once on a cold cache, and the second would remove the first one's half-built tree.
+mkdir -p "$cache"
+exec 9>"$cache/.kube-build.lock"
+flock 9
 
 if [[ -f "$out/.complete" ]]; then
   echo "$out/bin"

@@ -7,6 +7,11 @@ set -euo pipefail
 ETCD_SUITE="${ETCD_SUITE:-trixie}"
 cache="${GPUOPS_LAB_CACHE:-$HOME/.cache/gpuops-lab}"
 out="$cache/etcd-$ETCD_SUITE"
+# One build at a time: make test's lanes (the daemon's private API server, the lab) may
+# ask at once on a cold cache, and the second would remove the first one's half-built tree.
+mkdir -p "$cache"
+exec 9>"$cache/.etcd-build.lock"
+flock 9
 if [[ -x "$out/usr/bin/etcd" && -f "$out/.complete" ]]; then
   echo "$out/usr/bin"
   exit 0

@@ -124,6 +124,22 @@ def parse_checkpoint(text):
     }
 
 
+def checkpoint_allocations(text):
+    """{resource: [pod UIDs]} of the kubelet's device checkpoint's PodDeviceEntries: the pods
+    it has handed a plugin's devices to (entries of pods gone stay until the kubelet next
+    allocates). Raises ValueError when the text is not the checkpoint's JSON."""
+    data = json.loads(text)
+    if not isinstance(data, dict) or not isinstance(data.get("Data", {}), (dict, type(None))):
+        raise ValueError("not the kubelet's checkpoint (a JSON object with Data)")
+    allocated = {}
+    for entry in (data.get("Data") or {}).get("PodDeviceEntries") or []:
+        if isinstance(entry, dict) and entry.get("ResourceName"):
+            pods = allocated.setdefault(str(entry["ResourceName"]), [])
+            if str(entry.get("PodUID", "")) not in pods:
+                pods.append(str(entry.get("PodUID", "")))
+    return allocated
+
+
 def base_id(device_id):
     """The device a plugin's ID names: time-sliced replicas are <UUID>::<n>."""
     return str(device_id).split("::", 1)[0]
@@ -221,6 +237,7 @@ def read_device_plugins(plugin_dir):
             "path": os.path.join(plugin_dir, CHECKPOINT),
             "exists": False,
             "registered": {},
+            "allocated": {},
             "error": None,
         },
     }
@@ -241,7 +258,9 @@ def read_device_plugins(plugin_dir):
     checkpoint["exists"] = CHECKPOINT in names
     if checkpoint["exists"]:
         try:
-            checkpoint["registered"] = parse_checkpoint(_read(checkpoint["path"]))
+            text = _read(checkpoint["path"])
+            checkpoint["registered"] = parse_checkpoint(text)
+            checkpoint["allocated"] = checkpoint_allocations(text)
         except (OSError, ValueError) as error:
             checkpoint["error"] = "%s: %s" % (checkpoint["path"], error)
     return result

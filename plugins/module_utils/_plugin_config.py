@@ -18,6 +18,7 @@ __metaclass__ = type
 import dataclasses
 import json
 import os
+import re
 from typing import Any
 
 MIG_STRATEGIES = ("none", "single", "mixed")
@@ -110,6 +111,9 @@ class Config:
     dra_plugins_dir: str = DEFAULT_DRA_PLUGINS_DIR
     dra_cdi_dir: str = DEFAULT_DRA_CDI_DIR
     dra_toolkit_spec: str = DEFAULT_DRA_TOOLKIT_SPEC
+    # The extended resource a DeviceClass of this driver serves (extendedResourceName); a
+    # device plugin's leftover of it is removed from the Node's status (dra/node_status.py).
+    dra_extended_resource: str = ""
     # How often the node's ResourceSlices are checked (and published again after the
     # kubelet deleted them); a health change publishes at once.
     dra_resync_seconds: float = 30.0
@@ -247,6 +251,9 @@ def values_from_data(data: Any, where: str) -> dict[str, Any]:
     return values
 
 
+# An extended resource's name: <DNS subdomain>/<name> (as a DeviceClass's extendedResourceName).
+EXTENDED_RESOURCE = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+
 # The `dra:` section's keys -> Config fields (strings; resyncSeconds is read apart).
 DRA_KEYS = {
     "nodeName": "dra_node_name",
@@ -255,6 +262,7 @@ DRA_KEYS = {
     "kubeletPluginsDir": "dra_plugins_dir",
     "cdiDir": "dra_cdi_dir",
     "toolkitSpec": "dra_toolkit_spec",
+    "extendedResourceName": "dra_extended_resource",
 }
 
 
@@ -493,9 +501,15 @@ def validated(values: dict[str, Any]) -> Config:
 def _check_front_end(config: Config) -> None:
     if config.front_end not in FRONT_ENDS:
         raise ConfigError(f"frontEnd: {config.front_end!r} is not valid; valid: {', '.join(FRONT_ENDS)}")
+    extended = config.dra_extended_resource
+    if extended and not EXTENDED_RESOURCE.match(extended):
+        raise ConfigError(
+            f"dra.extendedResourceName: {extended!r} is not valid; expected an extended resource "
+            "name like nvidia.com/gpu (a domain, a slash, a name), or empty for none"
+        )
     for key, field in DRA_KEYS.items():
         path = getattr(config, field)
-        if key == "nodeName":
+        if key in ("nodeName", "extendedResourceName"):
             continue
         if not os.path.isabs(path):
             raise ConfigError(f"dra.{key}: {path!r} is not valid; expected an absolute path")

@@ -94,6 +94,13 @@ config_error:
   description: Why the configuration file could not be read; null where it was.
   returned: always
   type: str
+kubeconfig:
+  description:
+    - The running kubelet's C(--kubeconfig), its credentials for the API server (the Node
+      authorizer's identity of this node); null where no kubelet runs or it names none.
+  returned: always
+  type: str
+  sample: /etc/kubernetes/kubelet.conf
 cgroup_version:
   description:
     - 2 on the unified hierarchy, 1 on the v1 or hybrid layout, null where C(/sys/fs/cgroup)
@@ -136,18 +143,18 @@ def _root(pid):
 _ONE_SHOT_FLAGS = frozenset(("--version", "--help", "-h"))
 
 
-def _config_flag(argv):
-    """The --config value on a command line, or None."""
+def _flag(argv, name):
+    """The value of flag name (--config, --kubeconfig) on a command line, or None."""
     for index, arg in enumerate(argv):
-        if arg.startswith("--config="):
+        if arg.startswith(name + "="):
             return arg.split("=", 1)[1]
-        if arg == "--config" and index + 1 < len(argv):
+        if arg == name and index + 1 < len(argv):
             return argv[index + 1]
     return None
 
 
 def running_kubelet():
-    """(binary, --config value) of a running kubelet, or (None, None).
+    """(binary, --config value, --kubeconfig value) of a running kubelet, or Nones.
 
     Only a kubelet that sees this host's files counts: one in a container (a node of a
     kind-like lab, or a kubelet in a pod) shows in /proc too, but its binary and --config
@@ -168,9 +175,9 @@ def running_kubelet():
         # namespace of its own over this host's root.
         if ours is not None and _root(pid) not in (ours, None):
             continue
-        found.append((binary, _config_flag(argv)))
+        found.append((binary, _flag(argv, "--config"), _flag(argv, "--kubeconfig")))
     found.sort(key=lambda kubelet: kubelet[1] is None)
-    return found[0] if found else (None, None)
+    return found[0] if found else (None, None, None)
 
 
 def read_config(path):
@@ -182,7 +189,7 @@ def read_config(path):
 
 
 def gather(module):
-    binary, config_path = running_kubelet()
+    binary, config_path, kubeconfig = running_kubelet()
     running = binary is not None
     if not binary:
         binary = module.params["kubelet_path"] or module.get_bin_path("kubelet", opt_dirs=_BINARY_FALLBACKS)
@@ -204,6 +211,7 @@ def gather(module):
         "config_path": config_path,
         "config": config,
         "config_error": config_error,
+        "kubeconfig": kubeconfig,
         "cgroup_version": cgroup_version(_read("/proc/self/mounts")),
     }
 

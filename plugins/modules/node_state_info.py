@@ -161,13 +161,15 @@ device_plugins:
         - The kubelet's C(kubelet_internal_checkpoint). C(registered) is its
           C(RegisteredDevices) by resource, the device IDs the kubelet held healthy when it last
           wrote the file (on each device update from a plugin and each allocation, not when a
-          plugin disconnects); time-sliced replicas are C(<UUID>::<n>). C(error) says why it
-          could not be read or parsed.
+          plugin disconnects); time-sliced replicas are C(<UUID>::<n>). C(allocated) is the pod
+          UIDs of its C(PodDeviceEntries) by resource (pods gone stay listed until the kubelet
+          next allocates). C(error) says why it could not be read or parsed.
       type: dict
       sample:
         path: /var/lib/kubelet/device-plugins/kubelet_internal_checkpoint
         exists: true
         registered: {nvidia.com/gpu: [GPU-4a8e1f07-0c8c-1d2e-a3b4-5c6d7e8f9a0b]}
+        allocated: {nvidia.com/gpu: [65df208a-dc4d-4bb0-8dc2-dca6fcd2cac6]}
         error: null
 paths:
   description: Each path of O(paths) with C(exists), C(type) (as in RV(devices)) and C(executable).

@@ -2,15 +2,18 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The daemon as a process with `frontEnd: dra`, over NVIDIA's mock NVML: the kubelet's side
-played by lab/daemon/dra_kubelet_standin.py over the daemon's real sockets, the API's by
-lab/daemon/dra_api_standin.py (claims, the Node, ResourceSlices in memory).
+played by lab/daemon/dra_kubelet_standin.py over the daemon's real sockets, the API by a
+real kube-apiserver of the lab's release (lab/daemon/private_api.py: claims written as the
+scheduler writes them, ResourceSlices read back as stored).
 
 Registration, Prepare and Unprepare through the sockets, the checkpoint across a restart,
-Unprepare without NVML, health into the stream and the slice, slices published again after
-the kubelet wiped them, and a reload that would change the front end. What only a real API
-server shows (fields dropped by a feature gate, the Node authorizer) is the lab's.
+Unprepare without NVML, health into the stream and the slice, slices published again as
+soon as the kubelet wipes them, a device plugin's leftover nvidia.com/gpu removed from the
+Node's status, and a reload that would change the front end. The Node authorizer and the
+real kubelet are the lab's (tests/integration).
 """
 
+import itertools
 import json
 import os
 import shutil
@@ -18,12 +21,15 @@ import signal
 
 import pytest
 from dp_harness import H100_UUIDS, Daemon, build_mock, short_tempdir
-from dra_api_standin import NODE_UID, ApiStandin
 from dra_kubelet_standin import register
-from dra_node import Claims, claim, toolkit_spec
+from dra_node import claim, toolkit_spec
+from kubernetes import client
+from private_api import PrivateApi
 
 DRIVER = "gpu.gpuops.k8s"
-NODE = "node-a"
+NODE_NAMES = (f"node-{n}" for n in itertools.count())
+# The private API server's self-signed certificate: the test clients do not verify it.
+pytestmark = pytest.mark.filterwarnings("ignore:Unverified HTTPS request")
 CONFIG = """\
 version: v1
 frontEnd: dra
@@ -38,7 +44,8 @@ dra:
   kubeletPluginsDir: {root}/plugins
   cdiDir: {root}/cdi
   toolkitSpec: {root}/nvidia.yaml
-  resyncSeconds: 0.5
+  resyncSeconds: {resync}
+  extendedResourceName: nvidia.com/gpu
 """
 
 
@@ -47,13 +54,82 @@ def lib_dir():
     return build_mock()
 
 
-class DraNode:
-    """One node's directories (short: unix socket paths), its claims in the API stand-in."""
+@pytest.fixture(scope="module")
+def api():
+    server = PrivateApi(short_tempdir("api-")).start()
+    yield server
+    server.stop()
 
-    def __init__(self, root):
+
+class NodeApi:
+    """One Node in the private API server: its claims, its ResourceSlices of the driver."""
+
+    def __init__(self, api, name):
+        self.api = api
+        self.name = name
+        self.api_client = api.client()
+        self.core = client.CoreV1Api(self.api_client)
+        self.resource = client.ResourceV1Api(self.api_client)
+        self.uid = self.core.create_node({"metadata": {"name": name}}).metadata.uid
+        # Its claims in a namespace of its own: the tests share the API server.
+        self.namespace = name
+        self.core.create_namespace({"metadata": {"name": name}})
+        self.selector = f"spec.nodeName={name},spec.driver={DRIVER}"
+
+    def put_claim(self, document):
+        """Create the claim, then write its allocation as the scheduler does (status)."""
+        metadata = document["metadata"]
+        body = {
+            "metadata": {"name": metadata["name"]},
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {"name": request["name"], "exactly": {"deviceClassName": DRIVER}}
+                        for request in document["spec"]["devices"]["requests"]
+                    ]
+                }
+            },
+        }
+        created = self.resource.create_namespaced_resource_claim(metadata["namespace"], body)
+        created.status = document["status"]
+        stored = self.resource.replace_namespaced_resource_claim_status(
+            metadata["name"], metadata["namespace"], created
+        )
+        return self.api_client.sanitize_for_serialization(stored)
+
+    def delete_claim(self, namespace, name):
+        self.resource.delete_namespaced_resource_claim(name, namespace)
+
+    def slices(self):
+        found = self.resource.list_resource_slice(field_selector=self.selector).items
+        return {s.metadata.name: self.api_client.sanitize_for_serialization(s) for s in found}
+
+    def versions(self):
+        """Each slice's name and resourceVersion: equal before and after means no write."""
+        return {name: s["metadata"]["resourceVersion"] for name, s in self.slices().items()}
+
+    def wipe(self):
+        """The kubelet's cleanup when no plugin of the driver is connected (or it restarts)."""
+        for name in self.slices():
+            self.resource.delete_resource_slice(name)
+
+    def status_resources(self):
+        status = self.core.read_node_status(self.name).status
+        return dict(status.capacity or {}), dict(status.allocatable or {})
+
+    def set_status_resources(self, resources):
+        self.core.patch_node_status(self.name, {"status": {"capacity": resources, "allocatable": resources}})
+
+
+class DraNode:
+    """One node's directories (short: unix socket paths), its Node in the private API."""
+
+    def __init__(self, root, api, resync=0.5):
         self.root = root
-        self.claims = Claims()
-        self.api = ApiStandin(self.claims, NODE)
+        self.name = next(NODE_NAMES)
+        self.resync = resync
+        self.api = NodeApi(api, self.name)
+        self.server = api
         self.registration = os.path.join(root, "registry", f"{DRIVER}-reg.sock")
         self.plugin_socket = os.path.join(root, "plugins", DRIVER, "dra.sock")
         self.checkpoint = os.path.join(root, "plugins", DRIVER, "checkpoint.json")
@@ -68,9 +144,11 @@ class DraNode:
 
     def write_config(self, text):
         path = os.path.join(self.root, "config.yaml")
-        kubeconfig = self.api.kubeconfig(os.path.join(self.root, "kubeconfig"))
+        kubeconfig = self.server.kubeconfig(os.path.join(self.root, "kubeconfig"))
         with open(path, "w") as handle:
-            handle.write(text.format(node=NODE, kubeconfig=kubeconfig, root=self.root))
+            handle.write(
+                text.format(node=self.name, kubeconfig=kubeconfig, root=self.root, resync=self.resync)
+            )
         return path
 
     def start(self, lib_dir):
@@ -90,23 +168,22 @@ class DraNode:
         with open(self.checkpoint) as handle:
             return {uid: c["state"] for uid, c in json.load(handle)["claims"].items()}
 
-    def our_slices(self, count=8):
+    def our_slices(self, count=8, timeout=15.0):
         """The node's slices once published with count devices."""
-        wait_for(lambda: sum(len(s["spec"]["devices"]) for s in self.api.slices().values()) == count)
+        wait_for(lambda: sum(len(s["spec"]["devices"]) for s in self.api.slices().values()) == count, timeout)
         return list(self.api.slices().values())
 
     def close(self):
-        for client in self.clients:
-            client.close()
+        for kubelet in self.clients:
+            kubelet.close()
         for daemon in self.daemons:
             daemon.cleanup()
-        self.api.shutdown()
 
 
 @pytest.fixture
-def node():
+def node(api):
     root = short_tempdir("dra-")
-    made = DraNode(root)
+    made = DraNode(root, api)
     yield made
     made.close()
     shutil.rmtree(root, ignore_errors=True)
@@ -123,9 +200,10 @@ def wait_for(predicate, timeout=15.0):
 
 
 def allocate(node, name, *devices):
-    document = claim(name, [("gpus", device) for device in devices], pool=NODE)
-    node.claims.put(document)
-    return document, ("default", document["metadata"]["uid"], name)
+    document = node.api.put_claim(
+        claim(name, [("gpus", device) for device in devices], pool=node.name, namespace=node.api.namespace)
+    )
+    return document, (node.api.namespace, document["metadata"]["uid"], name)
 
 
 def test_dra_mode_registers_prepares_and_unprepares_through_its_sockets(node, lib_dir):
@@ -141,7 +219,7 @@ def test_dra_mode_registers_prepares_and_unprepares_through_its_sockets(node, li
     answer = client.prepare(named)[uid]
     assert answer["error"] == ""
     assert [(d["device_name"], d["pool_name"], d["cdi_device_ids"]) for d in answer["devices"]] == [
-        (device, NODE, [f"k8s.{DRIVER}/claim={uid}-{device}"]) for device in ("gpu-2", "gpu-5")
+        (device, node.name, [f"k8s.{DRIVER}/claim={uid}-{device}"]) for device in ("gpu-2", "gpu-5")
     ]
     assert node.spec_files() == [f"k8s.{DRIVER}-claim_{uid}.json"]
     assert node.checkpointed() == {uid: "completed"}
@@ -149,22 +227,55 @@ def test_dra_mode_registers_prepares_and_unprepares_through_its_sockets(node, li
     assert client.unprepare(named) == {uid: ""}
     assert node.spec_files() == []
     assert node.checkpointed() == {}
-    daemon.wait_log(f"unprepared claim default/train ({uid})")
+    daemon.wait_log(f"unprepared claim {node.api.namespace}/train ({uid})")
 
 
 def test_the_nodes_slice_is_published_owned_by_its_node_and_again_after_a_wipe(node, lib_dir):
     node.start(lib_dir)
     (published,) = node.our_slices()
     assert published["spec"]["driver"] == DRIVER
-    assert published["spec"]["nodeName"] == NODE
-    assert published["spec"]["pool"]["name"] == NODE
+    assert published["spec"]["nodeName"] == node.name
+    assert published["spec"]["pool"]["name"] == node.name
     assert [d["name"] for d in published["spec"]["devices"]] == [f"gpu-{i}" for i in range(8)]
-    assert published["metadata"]["ownerReferences"][0]["uid"] == NODE_UID
-    assert published["metadata"]["name"].startswith(f"{NODE}-{DRIVER}-")
+    assert published["metadata"]["ownerReferences"][0]["uid"] == node.api.uid
+    assert published["metadata"]["name"].startswith(f"{node.name}-{DRIVER}-")
+    assert published["spec"]["devices"][0]["capacity"]["memory"]["value"] == "81559Mi"
 
-    node.api.wipe()  # the kubelet's cleanup when no plugin of the driver is connected
-    (again,) = node.our_slices()
-    assert again["metadata"]["name"] != published["metadata"]["name"]
+
+def test_a_wiped_slice_is_published_again_at_once_not_at_the_next_resync(api):
+    root = short_tempdir("dra-")
+    node = DraNode(root, api, resync=300)  # the watch, not the resync, must bring it back
+    try:
+        daemon = node.start(build_mock())
+        (published,) = node.our_slices()
+        node.api.wipe()  # the kubelet's cleanup when no plugin of the driver is connected
+        (again,) = node.our_slices(timeout=10)
+        assert again["metadata"]["name"] != published["metadata"]["name"]
+        daemon.wait_log("a ResourceSlice of this node was deleted: publishing again")
+    finally:
+        node.close()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_device_plugins_leftover_extended_resource_leaves_the_nodes_status(node, lib_dir):
+    """A node moved from a device plugin: its Node still says nvidia.com/gpu 8, and the
+    scheduler would place nvidia.com/gpu pods by it and the kubelet start them without a GPU."""
+    node.api.set_status_resources({"cpu": "2", "nvidia.com/gpu": "8"})
+    daemon = node.start(lib_dir)
+    wait_for(lambda: "nvidia.com/gpu" not in node.api.status_resources()[0])
+    assert node.api.status_resources() == ({"cpu": "2"}, {"cpu": "2"})
+    daemon.wait_log(f"Node {node.name} advertised nvidia.com/gpu 8 from a device plugin no longer on it")
+
+
+def test_a_registered_device_plugin_keeps_its_resource_in_the_nodes_status(node, lib_dir):
+    node.api.set_status_resources({"cpu": "2", "nvidia.com/gpu": "8"})
+    # What a device plugin leaves while it serves: its socket beside the kubelet's.
+    open(os.path.join(node.device_plugin_dir, "nvidia-gpu.sock"), "w").close()
+    node.start(lib_dir)
+    node.our_slices()
+    versions = node.api.versions()
+    wait_for(lambda: node.api.versions() == versions and node.daemons[0].text().count("ResourceSlices") >= 1)
+    assert node.api.status_resources()[0]["nvidia.com/gpu"] == "8"
 
 
 def test_prepared_claims_survive_a_restart_of_the_daemon(node, lib_dir):
@@ -178,13 +289,12 @@ def test_prepared_claims_survive_a_restart_of_the_daemon(node, lib_dir):
     assert not os.path.exists(node.registration)
     assert node.checkpointed() == {uid: "completed"}
 
-    node.claims.delete("default", "train")  # gone from the API: the answer is the checkpoint's
-    reads = node.claims.reads
+    # Gone from the API: reading it would fail the claim; the answer is the checkpoint's.
+    node.api.delete_claim(node.api.namespace, "train")
     node.start(lib_dir)
-    client = node.register()
-    assert client.prepare(named)[uid] == before
-    assert node.claims.reads == reads
-    assert client.unprepare(named) == {uid: ""}
+    kubelet = node.register()
+    assert kubelet.prepare(named)[uid] == before
+    assert kubelet.unprepare(named) == {uid: ""}
     assert node.spec_files() == []
 
 
@@ -195,7 +305,7 @@ def test_without_nvml_it_still_unprepares_and_offers_nothing(node, lib_dir):
     assert node.register().prepare(named)[uid]["error"] == ""
     node.our_slices()
     first.stop()
-    writes = node.api.writes
+    versions = node.api.versions()
 
     no_driver = short_tempdir("no-nvml-")  # no libnvidia-ml.so.1: the driver is gone
     try:
@@ -206,7 +316,7 @@ def test_without_nvml_it_still_unprepares_and_offers_nothing(node, lib_dir):
         assert "unknown on this node" in client.prepare(other)[later["metadata"]["uid"]]["error"]
         assert client.unprepare(named) == {uid: ""}
         assert node.spec_files() == []
-        assert node.api.writes == writes  # no slice published or deleted without NVML
+        assert node.api.versions() == versions  # no slice published or deleted without NVML
     finally:
         shutil.rmtree(no_driver, ignore_errors=True)
 
@@ -218,8 +328,8 @@ def test_an_xid_taints_the_slice_and_reaches_the_health_stream_until_recovery(no
     watch.wait(lambda w: len(w.state) == 8 and all(h == "HEALTHY" for h, _m in w.state.values()))
 
     daemon.inject("xid-3-79")
-    devices = watch.wait(lambda w: w.state.get((NODE, "gpu-3"), ("",))[0] == "UNHEALTHY")
-    assert "79" in devices[NODE, "gpu-3"][1]
+    devices = watch.wait(lambda w: w.state.get((node.name, "gpu-3"), ("",))[0] == "UNHEALTHY")
+    assert "79" in devices[node.name, "gpu-3"][1]
 
     def taints():
         (current,) = node.api.slices().values()
@@ -229,7 +339,7 @@ def test_an_xid_taints_the_slice_and_reaches_the_health_stream_until_recovery(no
     assert [name for name, keys in taints().items() if keys] == ["gpu-3"]
 
     daemon.clear("xid-3-79")
-    watch.wait(lambda w: w.state.get((NODE, "gpu-3"), ("",))[0] == "HEALTHY", timeout=15)
+    watch.wait(lambda w: w.state.get((node.name, "gpu-3"), ("",))[0] == "HEALTHY", timeout=15)
     wait_for(lambda: taints()["gpu-3"] == [])
 
 

@@ -1279,6 +1279,222 @@ def managed_profile(provider):
     return {k: v for k, v in settings.items() if not (k.startswith("ansible_") or k.endswith("_kubeconfig"))}
 
 
+# --- DRA: node 2 moves from gpuops's device plugin to the daemon's DRA front end ----------
+
+DRA_PLAYBOOK = Path(__file__).parent / "playbooks" / "lab_nodes_dra.yml"
+DRA_DRIVER = "gpu.gpuops.k8s"
+DRA_CHECKPOINT = "/var/lib/kubelet/plugins/gpu.gpuops.k8s/checkpoint.json"
+DRA_RESTARTS = 3
+CLEAR_CHECKPOINT_TASK = (
+    "gpuops.k8s.device_plugin : Remove the kubelet's device checkpoint (the kubelet writes a new one)"
+)
+
+
+def dra_slices(nodes, node):
+    selector = f"spec.nodeName={node},spec.driver={DRA_DRIVER}"
+    return nodes.get("resourceslices", "--field-selector", selector)["items"]
+
+
+def dra_devices(nodes, node):
+    """{device name: its attributes' values} of the node's published slices."""
+    return {
+        device["name"]: {key: next(iter(value.values())) for key, value in device["attributes"].items()}
+        for piece in dra_slices(nodes, node)
+        for device in piece["spec"]["devices"]
+    }
+
+
+def dra_pod(nodes, name, node, *, claim_template=None, gpu_limit=False):
+    """A long-running nvml-query pod on NODE: through a ResourceClaimTemplate of ours, or
+    asking for nvidia.com/gpu with no claim (DRA's extended resource)."""
+    container = nvml_query_container(command=["sh", "-c", "python3 /opt/nvml-query.py; sleep 3600"])
+    spec = {
+        "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": 1,
+        "nodeSelector": {"kubernetes.io/hostname": node},
+        "containers": [container],
+        "volumes": [PROFILE_VOLUME],
+    }
+    if claim_template:
+        container["resources"] = {"claims": [{"name": "gpu"}]}
+        spec["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": claim_template}]
+    if gpu_limit:
+        container["resources"] = {"limits": {"nvidia.com/gpu": 1}}
+    manifest = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+    nodes.kubectl("apply", "-f", "-", stdin=json.dumps(manifest))
+
+
+def claim_template(name, memory):
+    """One GPU of our DeviceClass with at least MEMORY (a quantity) of memory."""
+    expression = f'device.capacity["{DRA_DRIVER}"].memory.compareTo(quantity("{memory}")) >= 0'
+    request = {"deviceClassName": DRA_DRIVER, "selectors": [{"cel": {"expression": expression}}]}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name},
+        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": request}]}}},
+    }
+
+
+def running_query(nodes, name):
+    """The pod once Running, and what NVML listed in it."""
+    nodes.wait(f"pod {name} to run", lambda: nodes.get("pod", name)["status"].get("phase") == "Running", 120)
+
+    def pod_log():
+        return nodes.kubectl("logs", name, check=False).stdout.strip()
+
+    log = nodes.wait(f"the log of pod {name}", pod_log, 30)
+    return nodes.get("pod", name), json.loads(log.splitlines()[0])
+
+
+def allocated_device(nodes, pod):
+    """The device the scheduler allocated to the pod's (only) claim."""
+    (status,) = pod["status"].get("resourceClaimStatuses") or [
+        {"resourceClaimName": pod["status"]["extendedResourceClaimStatus"]["resourceClaimName"]}
+    ]
+    claim = nodes.get("resourceclaim", status["resourceClaimName"])
+    (result,) = claim["status"]["allocation"]["devices"]["results"]
+    assert (result["driver"], result["pool"]) == (DRA_DRIVER, FAULTED), result
+    return claim, result["device"]
+
+
+def checkpointed_claims():
+    text = on_faulted("ansible.builtin.command", "cat " + DRA_CHECKPOINT)["stdout"]
+    return {uid: claim["state"] for uid, claim in json.loads(text)["claims"].items()}
+
+
+def device_health(nodes, pod):
+    statuses = nodes.get("pod", pod)["status"]["containerStatuses"][0].get("allocatedResourcesStatus") or []
+    return [resource["health"] for status in statuses for resource in status["resources"]]
+
+
+def device_taints(nodes, device):
+    for piece in dra_slices(nodes, FAULTED):
+        for published in piece["spec"]["devices"]:
+            if published["name"] == device:
+                return [taint["key"] for taint in published.get("taints", [])]
+    return None
+
+
+def move_to_dra(nodes, fleet):
+    """Node 2 into mode dra, checked: check mode predicts the move, a second run changes
+    nothing, its slice is published, and the device plugin's nvidia.com/gpu leaves its
+    Node. Its devices: {name: attributes}."""
+    extra_vars = {"container_runtime_enable_cdi": True, "lab_daemon_nodes": [], "lab_docker_nodes": []}
+    predicted = playbook_changes(DRA_PLAYBOOK, extra_vars, fleet, check=True, hosts=(FAULTED,))
+    first = playbook_changes(DRA_PLAYBOOK, extra_vars, fleet, hosts=(FAULTED,))
+    second = playbook_changes(DRA_PLAYBOOK, extra_vars, fleet, hosts=(FAULTED,))
+    assert predicted == first, (predicted, first)
+    assert second == {FAULTED: []}, second
+    # The device plugin's nvidia.com/gpu was in the kubelet's device checkpoint.
+    assert CLEAR_CHECKPOINT_TASK in first[FAULTED], first
+
+    # One slice, one pool named for the node, owned by its Node, the node's 8 H100s.
+    (published,) = nodes.wait("the node's ResourceSlice", lambda: dra_slices(nodes, FAULTED), 60)
+    assert published["spec"]["pool"]["name"] == FAULTED
+    (owner,) = published["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"]) == ("Node", FAULTED)
+    devices = dra_devices(nodes, FAULTED)
+    assert sorted(attributes["uuid"] for attributes in devices.values()) == sorted(h100_uuids())
+    # Else the scheduler would place unchanged pods by it, and the kubelet start them
+    # without a GPU (seen on this lab before the daemon removed it).
+    nodes.wait(
+        "nvidia.com/gpu gone from the node's status",
+        lambda: "nvidia.com/gpu" not in nodes.get("node", FAULTED)["status"]["capacity"],
+        60,
+    )
+    return devices
+
+
+def restart_rounds(nodes):
+    """The plugin and the kubelet restarted DRA_RESTARTS times each; the slice back each time."""
+    for _round in range(DRA_RESTARTS):
+        for unit in ("gpuops-device-plugin", "kubelet"):
+            on_faulted("ansible.builtin.command", "systemctl restart " + unit)
+            start = time.monotonic()
+            nodes.wait("the slice back", lambda: len(dra_devices(nodes, FAULTED)) == 8, 90)
+            print(f"slice back {time.monotonic() - start:.1f} s after a restart of {unit}")
+
+
+def lose_and_recover(nodes, pod, device):
+    """POD's GPU DEVICE loses its device node: the pod's status and the slice say so, and
+    both clear once it is back (quiet period 10 s)."""
+    minor = int(device.rsplit("-", 1)[1])
+    nodes.wait("the claim's device healthy", lambda: device_health(nodes, pod) == ["Healthy"], 60)
+    on_faulted("ansible.builtin.command", f"rm /dev/nvidia{minor}")
+    try:
+        start = time.monotonic()
+        nodes.wait("the pod told", lambda: device_health(nodes, pod) == ["Unhealthy"], 60)
+        print(f"pod status Unhealthy after {time.monotonic() - start:.1f} s")
+        nodes.wait("the device tainted", lambda: device_taints(nodes, device), 60)
+    finally:
+        on_faulted("ansible.builtin.command", f"mknod -m 0666 /dev/nvidia{minor} c 195 {minor}")
+    start = time.monotonic()
+    nodes.wait("the pod told again", lambda: device_health(nodes, pod) == ["Healthy"], 90)
+    nodes.wait("the taint gone", lambda: device_taints(nodes, device) == [], 90)
+    print(f"healthy and untainted {time.monotonic() - start:.1f} s after the device node came back")
+
+
+def unschedulable(nodes, pod):
+    """The scheduler's messages while POD is not scheduled."""
+    conditions = nodes.get("pod", pod)["status"].get("conditions") or []
+    return [c["message"] for c in conditions if c["type"] == "PodScheduled" and c["status"] == "False"]
+
+
+def test_dra_serves_the_node_claims_and_unchanged_gpu_pods_through_restarts_and_a_lost_gpu(
+    nodes, gpu_nodes, fleet
+):
+    """Node 2 (containerd 1.7) moves from gpuops's device plugin to DRA; a claim asking for
+    80 GB and an unchanged nvidia.com/gpu pod each see exactly their GPU through CDI, one
+    asking for 200 GiB stays pending with the scheduler's reason; kubelet and plugin
+    restarts keep prepared claims; a lost GPU reaches its pod's status and the slice, and
+    both recover."""
+    devices = move_to_dra(nodes, fleet)
+    pods = ["dra-80g", "dra-unchanged", "dra-200g", "dra-after"]
+    templates = [claim_template("gpu-80g", "80G"), claim_template("gpu-200g", "200Gi")]
+    try:
+        for template in templates:
+            nodes.kubectl("apply", "-f", "-", stdin=json.dumps(template))
+        dra_pod(nodes, "dra-80g", FAULTED, claim_template="gpu-80g")
+        dra_pod(nodes, "dra-unchanged", FAULTED, gpu_limit=True)
+        dra_pod(nodes, "dra-200g", FAULTED, claim_template="gpu-200g")
+
+        pod, seen = running_query(nodes, "dra-80g")
+        claim, device = allocated_device(nodes, pod)
+        assert seen["uuids"] == [devices[device]["uuid"]], (seen, device)
+        unchanged, seen_unchanged = running_query(nodes, "dra-unchanged")
+        unchanged_claim, unchanged_device = allocated_device(nodes, unchanged)
+        assert seen_unchanged["uuids"] == [devices[unchanged_device]["uuid"]], seen_unchanged
+        assert unchanged_device != device
+        (reason,) = nodes.wait("pod dra-200g unschedulable", lambda: unschedulable(nodes, "dra-200g"), 60)
+        assert "cannot allocate all claims" in reason, reason
+
+        restart_rounds(nodes)
+        uids = [claim["metadata"]["uid"], unchanged_claim["metadata"]["uid"]]
+        assert checkpointed_claims() == dict.fromkeys(uids, "completed")
+        for name in ("dra-80g", "dra-unchanged"):
+            status = nodes.get("pod", name)["status"]
+            assert status["phase"] == "Running" and status["containerStatuses"][0]["restartCount"] == 0, (
+                status
+            )
+        dra_pod(nodes, "dra-after", FAULTED, claim_template="gpu-80g")
+        _pod, seen_after = running_query(nodes, "dra-after")
+        assert len(seen_after["uuids"]) == 1, seen_after
+        assert seen_after["uuids"][0] not in seen["uuids"] + seen_unchanged["uuids"], seen_after
+
+        lose_and_recover(nodes, "dra-80g", device)
+    finally:
+        nodes.kubectl("delete", "pod", *pods, "--ignore-not-found", "--wait=true", check=False)
+        for template in templates:
+            nodes.kubectl(
+                "delete", "resourceclaimtemplate", template["metadata"]["name"], "--ignore-not-found"
+            )
+    # Unprepared: no claim left in the checkpoint, no claim's CDI spec.
+    nodes.wait("claims unprepared", lambda: checkpointed_claims() == {}, 60)
+    specs = on_faulted("ansible.builtin.shell", "ls /var/run/cdi")["stdout"].split()
+    assert specs == ["nvidia.yaml"], specs
+
+
 def test_nvidias_daemonset_serves_a_node_in_place_of_the_daemon(nodes, gpu_nodes, fleet):
     # A managed cluster's profile on a node whose "image" brings the driver, the toolkit and
     # containerd's nvidia runtime (the converged node 2): EKS's, from its example inventory

@@ -271,6 +271,7 @@ def test_device_plugins_sockets_and_registrations(tmp_path):
             "path": str(plugin_dir / ns.CHECKPOINT),
             "exists": True,
             "registered": {"nvidia.com/gpu": ["GPU-a"]},
+            "allocated": {},
             "error": None,
         },
     }
@@ -302,3 +303,22 @@ def test_paths_are_stat_ed_links_followed(tmp_path):
         str(plain): {"exists": True, "type": "file", "executable": False},
         str(tmp_path / "none"): {"exists": False, "type": "missing", "executable": False},
     }
+
+
+def test_the_checkpoint_gives_the_pods_each_resource_was_handed_to():
+    entry = {"ContainerName": "c", "DeviceIDs": {"-1": ["GPU-a"]}, "AllocResp": ""}
+    text = json.dumps(
+        {
+            "Data": {
+                "PodDeviceEntries": [
+                    dict(entry, PodUID="p1", ResourceName="nvidia.com/gpu"),
+                    dict(entry, PodUID="p1", ResourceName="nvidia.com/gpu", ContainerName="d"),
+                    dict(entry, PodUID="p2", ResourceName="example.com/fpga"),
+                ],
+                "RegisteredDevices": {},
+            },
+            "Checksum": 1,
+        }
+    )
+    assert ns.checkpoint_allocations(text) == {"nvidia.com/gpu": ["p1"], "example.com/fpga": ["p2"]}
+    assert ns.checkpoint_allocations(json.dumps({"Data": None})) == {}

@@ -14,10 +14,11 @@ import pytest
 from ansible_collections.gpuops.k8s.plugins.modules import kubelet_info
 
 HOST_ROOT = (65024, 2)
+LAB_KUBELET = ("/opt/kube/bin/kubelet", "/var/lib/lab/kubelet.yaml", "/var/lib/lab/kubelet.kubeconfig")
 # pid: (its root directory, its binary, its command line)
 PROCESSES = {
     "100": ((40, 1335498), "/usr/local/bin/kubelet", ["kubelet", "--config=/etc/kubernetes/kubelet.yaml"]),
-    "200": (HOST_ROOT, "/opt/kube/bin/kubelet", ["kubelet", "--config", "/var/lib/lab/kubelet.yaml"]),
+    "200": (HOST_ROOT, "/opt/kube/bin/kubelet", ["kubelet", "--config", "/var/lib/lab/kubelet.yaml", "--kubeconfig=/var/lib/lab/kubelet.kubeconfig"]),
     "300": (HOST_ROOT, "/usr/bin/containerd", ["containerd"]),
     # kubelet_info's own `kubelet --version`, from another inventory name on this host
     "400": (HOST_ROOT, "/opt/kube/bin/kubelet", ["/opt/kube/bin/kubelet", "--version"]),
@@ -42,32 +43,32 @@ def proc(monkeypatch):
 @pytest.mark.parametrize("order", [("100", "200", "300"), ("300", "200", "100")])
 def test_a_kubelet_in_a_container_is_not_the_hosts(proc, order):
     proc(order)
-    assert kubelet_info.running_kubelet() == ("/opt/kube/bin/kubelet", "/var/lib/lab/kubelet.yaml")
+    assert kubelet_info.running_kubelet() == LAB_KUBELET
 
 
 def test_only_container_kubelets_means_none_runs_here(proc):
     proc(("100", "300"))
-    assert kubelet_info.running_kubelet() == (None, None)
+    assert kubelet_info.running_kubelet() == (None, None, None)
 
 
 @pytest.mark.parametrize("order", [("400", "200"), ("200", "400")])
 def test_a_kubelet_asked_for_its_version_is_not_a_running_kubelet(proc, order):
     """The clean-clone CI's failure: one host's scan caught the other's `kubelet --version`."""
     proc(order)
-    assert kubelet_info.running_kubelet() == ("/opt/kube/bin/kubelet", "/var/lib/lab/kubelet.yaml")
+    assert kubelet_info.running_kubelet() == LAB_KUBELET
 
 
 def test_only_a_version_query_means_none_runs_here(proc):
     proc(("400",))
-    assert kubelet_info.running_kubelet() == (None, None)
+    assert kubelet_info.running_kubelet() == (None, None, None)
 
 
 @pytest.mark.parametrize("order", [("500", "200"), ("200", "500")])
 def test_a_kubelet_with_a_config_file_wins(proc, order):
     proc(order)
-    assert kubelet_info.running_kubelet() == ("/opt/kube/bin/kubelet", "/var/lib/lab/kubelet.yaml")
+    assert kubelet_info.running_kubelet() == LAB_KUBELET
 
 
 def test_a_kubelet_without_config_file_still_runs(proc):
     proc(("500",))
-    assert kubelet_info.running_kubelet() == ("/opt/kube/bin/kubelet", None)
+    assert kubelet_info.running_kubelet() == ("/opt/kube/bin/kubelet", None, None)

@@ -132,10 +132,15 @@ def test_nvidias_health_env_vars():
         ("frontEnd: [dra]\n", "frontEnd: ['dra'] is not valid; expected a string"),
         (
             "dra:\n  driver: gpu.example.com\n",
-            "dra.driver: 'gpu.example.com' is not valid; unknown key; valid keys here: cdiDir, kubeconfig,",
+            "dra.driver: 'gpu.example.com' is not valid; unknown key; valid keys here: cdiDir, extendedResourceName, kubeconfig,",
         ),
         ("dra:\n  cdiDir: run/cdi\n", "dra.cdiDir: 'run/cdi' is not valid; expected an absolute path"),
         ("dra:\n  kubeconfig: 3\n", "dra.kubeconfig: 3 is not valid; expected a string"),
+        (
+            "dra:\n  extendedResourceName: gpu\n",
+            "dra.extendedResourceName: 'gpu' is not valid; expected an extended resource name like "
+            "nvidia.com/gpu (a domain, a slash, a name), or empty for none",
+        ),
         ("dra:\n  resyncSeconds: 0\n", "dra.resyncSeconds: 0 is not valid; expected a number of seconds > 0"),
         (
             "frontEnd: dra\nsharing:\n  timeSlicing:\n    resources:\n"

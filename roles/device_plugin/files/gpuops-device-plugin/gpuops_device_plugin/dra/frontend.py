@@ -41,10 +41,11 @@ from .checkpoint import Checkpoint
 from .devices import DRIVER, gpu_devices
 from .endpoint import dra_endpoint
 from .health import report
+from .node_status import clear_stale
 from .prepare import Preparer
 from .server import HealthStreams
 
-__all__ = ["CHECKPOINT_NAME", "DraFrontEnd", "FrontEndError", "SliceSync", "node_name"]
+__all__ = ["CHECKPOINT_NAME", "DraFrontEnd", "FrontEndError", "SliceSync", "SliceWatch", "node_name"]
 
 LOG = logging.getLogger(__name__)
 CHECKPOINT_NAME = "checkpoint.json"
@@ -85,6 +86,7 @@ class DraFrontEnd:
         self.health = HealthState()
         self.watcher = None
         self.sync = None
+        self.slice_watch = None
         self.endpoint = None
         # The device plugin front end's: none here (the daemon's loop reads them).
         self.endpoints: list = []
@@ -139,8 +141,22 @@ class DraFrontEnd:
             publisher = SlicePublisher(
                 resource_api, core_api, self.node, facts=facts, unhealthy=self.health.unhealthy
             )
-            self.sync = SliceSync(publisher, self.health, self.config.dra_resync_seconds)
+            device_plugins_dir = os.path.join(os.path.dirname(self.config.dra_plugins_dir), "device-plugins")
+            self.sync = SliceSync(
+                publisher,
+                self.health,
+                self.config.dra_resync_seconds,
+                chores=[
+                    lambda: clear_stale(
+                        core_api, self.node, self.config.dra_extended_resource, device_plugins_dir
+                    )
+                ],
+            )
             self.sync.start()
+            self.slice_watch = SliceWatch(
+                resource_api, self.node, self.sync.wake.set, self.config.dra_resync_seconds
+            )
+            self.slice_watch.start()
         streams = HealthStreams(
             lambda: report(devices, self.node, self.health, time.time(), watched=watched), self.health
         )
@@ -158,19 +174,72 @@ class DraFrontEnd:
         # of the driver went, and a restart within that time keeps them.
         if self.endpoint is not None:
             self.endpoint.stop()
+        if self.slice_watch is not None:
+            self.slice_watch.stop()
         if self.sync is not None:
             self.sync.stop()
         if self.watcher is not None:
             self.watcher.stop()
 
 
-class SliceSync(threading.Thread):
-    """Reconciles the node's ResourceSlices at start, on each health change and every
-    resync_s; an API that fails is logged and tried again at the next of those."""
+class SliceWatch(threading.Thread):
+    """Wakes the SliceSync as soon as one of this node's slices of this driver is deleted
+    (the kubelet wipes them when it restarts or loses the plugin for 30 s), instead of at
+    the next resync. A broken watch is started again after retry_s."""
 
-    def __init__(self, publisher, health: HealthState, resync_s: float):
+    # Short watches: stop() takes effect when the server ends one (the client blocks reading).
+    WATCH_SECONDS = 60
+
+    def __init__(self, resource_api, node: str, on_delete, retry_s: float):
+        super().__init__(name="slice-watch", daemon=True)
+        self.resource_api = resource_api
+        self.selector = f"spec.nodeName={node},spec.driver={DRIVER}"
+        self.on_delete = on_delete
+        self.retry_s = retry_s
+        self.stopping = threading.Event()
+        self.watch = None
+
+    def stop(self) -> None:
+        self.stopping.set()
+        if self.watch is not None:
+            self.watch.stop()
+
+    def run(self) -> None:
+        from kubernetes import watch  # noqa: PLC0415 - the device plugin front end never needs it
+
+        last_error = None
+        while not self.stopping.is_set():
+            self.watch = watch.Watch()
+            try:
+                for event in self.watch.stream(
+                    self.resource_api.list_resource_slice,
+                    field_selector=self.selector,
+                    timeout_seconds=self.WATCH_SECONDS,
+                ):
+                    if event.get("type") == "DELETED" and not self.stopping.is_set():
+                        LOG.info("a ResourceSlice of this node was deleted: publishing again")
+                        self.on_delete()
+                last_error = None
+            except Exception as error:  # the client raises ApiException, urllib3 and socket errors
+                if str(error) != last_error:
+                    LOG.warning(
+                        "cannot watch the node's ResourceSlices (tried again every %gs): %s",
+                        self.retry_s,
+                        error,
+                    )
+                last_error = str(error)
+                self.stopping.wait(self.retry_s)
+
+
+class SliceSync(threading.Thread):
+    """Reconciles the node's ResourceSlices at start, on each health change, when the
+    SliceWatch sees one deleted and every resync_s; an API that fails is logged and tried
+    again at the next of those. chores run after each reconcile, their errors logged."""
+
+    def __init__(self, publisher, health: HealthState, resync_s: float, chores=()):
         super().__init__(name="slices", daemon=True)
         self.publisher = publisher
+        self.chores = list(chores)
         self.resync_s = resync_s
         self.stopping = threading.Event()
         self.wake = threading.Event()
@@ -188,6 +257,11 @@ class SliceSync(threading.Thread):
         while not self.stopping.is_set():
             self.wake.clear()
             self.reconcile()
+            for chore in self.chores:
+                try:
+                    chore()
+                except Exception as error:  # an API error: tried again at the next reconcile
+                    LOG.warning("%s", error)
             self.wake.wait(self.resync_s)
 
     def reconcile(self) -> None:

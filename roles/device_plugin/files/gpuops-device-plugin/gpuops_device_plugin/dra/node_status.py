@@ -1,0 +1,71 @@
+# Copyright (c) gpuops.k8s contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""An extended resource a gone device plugin left in the Node's status.
+
+A node moved from a device plugin to DRA keeps `nvidia.com/gpu` in its status: the kubelet
+removes a plugin's resource only while it remembers the plugin (its device checkpoint), and
+the role clears that checkpoint (tasks/dra.yml) because a kubelet restarted with it fails
+every container asking for the resource. What stays is worse: the scheduler sees
+`nvidia.com/gpu: 8` in allocatable, takes the device plugin's path instead of the
+DeviceClass's extendedResourceName (KEP-5004), and the kubelet, knowing no such resource,
+starts the pod without a GPU. Seen on the lab, Kubernetes 1.37.2.
+
+So the DRA front end removes that resource from its Node's capacity and allocatable, only
+when no device plugin at all is registered on the node (no socket beside the kubelet's own
+in its device-plugins directory): a plugin serving it would advertise it again, and the
+role refuses to install DRA beside one. The Node authorizer lets a kubelet's credentials
+patch their own Node's status.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+LOG = logging.getLogger(__name__)
+KUBELET_SOCKET = "kubelet.sock"
+
+
+def device_plugin_sockets(device_plugins_dir: str) -> list[str]:
+    """The device plugins' sockets in the kubelet's directory (not the kubelet's own)."""
+    try:
+        names = os.listdir(device_plugins_dir)
+    except OSError:
+        return []
+    return sorted(name for name in names if name.endswith(".sock") and name != KUBELET_SOCKET)
+
+
+def stale_patch(status: dict, resource: str) -> list[dict]:
+    """The JSON patch removing resource from a Node status's capacity and allocatable."""
+    pointer = resource.replace("~", "~0").replace("/", "~1")
+    return [
+        {"op": "remove", "path": f"/status/{field}/{pointer}"}
+        for field in ("capacity", "allocatable")
+        if resource in (status.get(field) or {})
+    ]
+
+
+def clear_stale(core_api, node: str, resource: str, device_plugins_dir: str) -> bool:
+    """Remove resource from the Node's status where no device plugin can be serving it.
+
+    Returns whether it patched. API errors propagate (the caller logs and tries again).
+    """
+    if not resource or device_plugin_sockets(device_plugins_dir):
+        return False
+    status = core_api.read_node_status(node).to_dict().get("status") or {}
+    patch = stale_patch(status, resource)
+    if not patch:
+        return False
+    capacity = (status.get("capacity") or {}).get(resource)
+    core_api.patch_node_status(node, patch)
+    LOG.warning(
+        "Node %s advertised %s %s from a device plugin no longer on it: removed from its status, "
+        "so the scheduler gives pods asking for %s GPUs through DRA (the DeviceClass's "
+        "extendedResourceName) instead of starting them without one",
+        node,
+        resource,
+        capacity,
+        resource,
+    )
+    return True
