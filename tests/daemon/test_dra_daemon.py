@@ -240,6 +240,9 @@ def test_the_nodes_slice_is_published_owned_by_its_node_and_again_after_a_wipe(n
     assert published["metadata"]["ownerReferences"][0]["uid"] == node.api.uid
     assert published["metadata"]["name"].startswith(f"{node.name}-{DRIVER}-")
     assert published["spec"]["devices"][0]["capacity"]["memory"]["value"] == "81559Mi"
+    # Stored by 1.37's API server (DRAConsumableCapacity on): claims asking for part of the
+    # memory can share a GPU.
+    assert published["spec"]["devices"][0]["allowMultipleAllocations"] is True
 
 
 def test_a_wiped_slice_is_published_again_at_once_not_at_the_next_resync(api):

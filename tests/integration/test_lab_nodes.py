@@ -1304,7 +1304,7 @@ def dra_devices(nodes, node):
     }
 
 
-def dra_pod(nodes, name, node, *, claim_template=None, gpu_limit=False):
+def dra_pod(nodes, name, node, *, claim_template=None, claim=None, gpu_limit=False):
     """A long-running nvml-query pod on NODE: through a ResourceClaimTemplate of ours, or
     asking for nvidia.com/gpu with no claim (DRA's extended resource)."""
     container = nvml_query_container(command=["sh", "-c", "python3 /opt/nvml-query.py; sleep 3600"])
@@ -1315,25 +1315,51 @@ def dra_pod(nodes, name, node, *, claim_template=None, gpu_limit=False):
         "containers": [container],
         "volumes": [PROFILE_VOLUME],
     }
-    if claim_template:
+    if claim_template or claim:
         container["resources"] = {"claims": [{"name": "gpu"}]}
-        spec["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": claim_template}]
+        source = (
+            {"resourceClaimTemplateName": claim_template} if claim_template else {"resourceClaimName": claim}
+        )
+        spec["resourceClaims"] = [{"name": "gpu", **source}]
     if gpu_limit:
         container["resources"] = {"limits": {"nvidia.com/gpu": 1}}
     manifest = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
     nodes.kubectl("apply", "-f", "-", stdin=json.dumps(manifest))
 
 
-def claim_template(name, memory):
-    """One GPU of our DeviceClass with at least MEMORY (a quantity) of memory."""
-    expression = f'device.capacity["{DRA_DRIVER}"].memory.compareTo(quantity("{memory}")) >= 0'
-    request = {"deviceClassName": DRA_DRIVER, "selectors": [{"cel": {"expression": expression}}]}
+def claim_template(name, memory=None, consume=None):
+    """One GPU of our DeviceClass with at least MEMORY (a quantity) of memory, or one that
+    CONSUMEs that much of a GPU's memory (shared with other such claims)."""
+    request = {"deviceClassName": DRA_DRIVER}
+    if memory:
+        expression = f'device.capacity["{DRA_DRIVER}"].memory.compareTo(quantity("{memory}")) >= 0'
+        request["selectors"] = [{"cel": {"expression": expression}}]
+    if consume:
+        request["capacity"] = {"requests": {"memory": consume}}
+    devices = {"requests": [{"name": "gpu", "exactly": request}]}
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaimTemplate",
         "metadata": {"name": name},
-        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": request}]}}},
+        "spec": {"spec": {"devices": devices}},
     }
+
+
+def shared_gpus(nodes):
+    """Two pods on one ResourceClaim, and two claims each consuming half of an 80 GB GPU's
+    memory: {pod: (its claim's device, the UUIDs NVML listed in it)}."""
+    shared = claim_template("shared-gpu")
+    shared.update(kind="ResourceClaim", spec=shared["spec"]["spec"])
+    nodes.kubectl("apply", "-f", "-", stdin=json.dumps(shared))
+    for pod in ("dra-shared-a", "dra-shared-b"):
+        dra_pod(nodes, pod, FAULTED, claim="shared-gpu")
+    for pod in ("dra-half-a", "dra-half-b"):
+        dra_pod(nodes, pod, FAULTED, claim_template="gpu-half")
+    found = {}
+    for pod in ("dra-shared-a", "dra-shared-b", "dra-half-a", "dra-half-b"):
+        status, seen = running_query(nodes, pod)
+        found[pod] = (allocated_device(nodes, status)[1], seen["uuids"])
+    return found
 
 
 def running_query(nodes, name):
@@ -1446,12 +1472,17 @@ def test_dra_serves_the_node_claims_and_unchanged_gpu_pods_through_restarts_and_
 ):
     """Node 2 (containerd 1.7) moves from gpuops's device plugin to DRA; a claim asking for
     80 GB and an unchanged nvidia.com/gpu pod each see exactly their GPU through CDI, one
-    asking for 200 GiB stays pending with the scheduler's reason; kubelet and plugin
-    restarts keep prepared claims; a lost GPU reaches its pod's status and the slice, and
-    both recover."""
+    asking for 200 GiB stays pending with the scheduler's reason; a shared claim's pods and
+    two half-memory claims each share one GPU; kubelet and plugin restarts keep prepared
+    claims; a lost GPU reaches its pod's status and the slice, and both recover."""
     devices = move_to_dra(nodes, fleet)
     pods = ["dra-80g", "dra-unchanged", "dra-200g", "dra-after"]
-    templates = [claim_template("gpu-80g", "80G"), claim_template("gpu-200g", "200Gi")]
+    sharing = ["dra-shared-a", "dra-shared-b", "dra-half-a", "dra-half-b"]
+    templates = [
+        claim_template("gpu-80g", "80G"),
+        claim_template("gpu-200g", "200Gi"),
+        claim_template("gpu-half", consume="40G"),
+    ]
     try:
         for template in templates:
             nodes.kubectl("apply", "-f", "-", stdin=json.dumps(template))
@@ -1469,6 +1500,16 @@ def test_dra_serves_the_node_claims_and_unchanged_gpu_pods_through_restarts_and_
         (reason,) = nodes.wait("pod dra-200g unschedulable", lambda: unschedulable(nodes, "dra-200g"), 60)
         assert "cannot allocate all claims" in reason, reason
 
+        # Sharing: one claim's two pods on its one GPU; two half-memory claims on one GPU
+        # (the scheduler's accounting; the mock's GPUs, as real ones, do not cap it).
+        shared = shared_gpus(nodes)
+        for first, second in (("dra-shared-a", "dra-shared-b"), ("dra-half-a", "dra-half-b")):
+            assert shared[first] == shared[second], shared
+            assert shared[first][1] == [devices[shared[first][0]]["uuid"]], shared
+        assert shared["dra-half-a"][0] not in (device, unchanged_device, shared["dra-shared-a"][0]), shared
+        nodes.kubectl("delete", "pod", *sharing, "--wait=true")
+        nodes.kubectl("delete", "resourceclaim", "shared-gpu", "--wait=true")
+
         restart_rounds(nodes)
         uids = [claim["metadata"]["uid"], unchanged_claim["metadata"]["uid"]]
         assert checkpointed_claims() == dict.fromkeys(uids, "completed")
@@ -1484,7 +1525,8 @@ def test_dra_serves_the_node_claims_and_unchanged_gpu_pods_through_restarts_and_
 
         lose_and_recover(nodes, "dra-80g", device)
     finally:
-        nodes.kubectl("delete", "pod", *pods, "--ignore-not-found", "--wait=true", check=False)
+        nodes.kubectl("delete", "pod", *pods, *sharing, "--ignore-not-found", "--wait=true", check=False)
+        nodes.kubectl("delete", "resourceclaim", "shared-gpu", "--ignore-not-found", check=False)
         for template in templates:
             nodes.kubectl(
                 "delete", "resourceclaimtemplate", template["metadata"]["name"], "--ignore-not-found"

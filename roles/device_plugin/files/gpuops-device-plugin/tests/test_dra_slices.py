@@ -68,6 +68,8 @@ def test_one_h100_device_carries_nvidias_attribute_names_and_value_forms():
             "nvlinkDomain": {"string": "nvswitch-0"},
         },
         "capacity": {"memory": {"value": "81559Mi"}},
+        # A claim asking for no memory takes all of it; claims asking for part share the GPU.
+        "allowMultipleAllocations": True,
     }
 
 
@@ -274,6 +276,8 @@ def test_a_gpu_with_mig_offers_its_mig_devices_instead_of_itself():
     assert mig["capacity"] == {"memory": {"value": "9984Mi"}}
     assert "nvlinkDomain" not in mig["attributes"]
     assert "taints" not in mig
+    assert "allowMultipleAllocations" not in mig  # a partition already: one claim
+    assert found["gpu-1"]["allowMultipleAllocations"] is True
     assert found["gpu-0-mig-2-0"]["taints"][0]["value"] == "43"
 
 

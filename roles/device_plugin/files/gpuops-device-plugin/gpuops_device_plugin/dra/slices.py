@@ -21,6 +21,14 @@ carry them (`brand`, `pcie_root`): discovery does not read them yet, and NVIDIA 
 pcieRoot out when sysfs cannot tell. Capacity `memory` is the GPU's memory as a canonical
 quantity ("81559Mi"), so that what the API server stores compares equal.
 
+A whole GPU allows multiple allocations (DRAConsumableCapacity, beta and on in 1.36 and
+1.37; an API server with the gate off drops the field, and the publisher says so): a claim
+that asks for no memory consumes all of it, so a GPU stays one claim's as before, while
+claims asking for part of its memory (`capacity.requests.memory`) share it, as many as fit.
+That is the scheduler's accounting, not isolation: the claims' containers share the GPU as
+CUDA processes do (time-sliced), none is limited to its part. MIG devices are partitions
+already and allow one allocation.
+
 Ours, for placement: `nvlinkDomain`, a string shared by GPUs that all reach each other over
 NVLink in one hop (see nvlink_domains). Health becomes taints (see taint_for).
 
@@ -221,6 +229,7 @@ def _gpu_device(gpu: dict, system: Mapping, domain: str | None) -> dict:
         "name": name,
         "attributes": attributes,
         "capacity": {"memory": {"value": memory_quantity(gpu["memory_total_mib"])}},
+        "allowMultipleAllocations": True,
     }
 
 
