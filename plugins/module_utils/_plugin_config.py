@@ -252,7 +252,9 @@ def values_from_data(data: Any, where: str) -> dict[str, Any]:
 
 
 # An extended resource's name: <DNS subdomain>/<name> (as a DeviceClass's extendedResourceName).
-EXTENDED_RESOURCE = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+EXTENDED_RESOURCE = re.compile(
+    r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
 
 # The `dra:` section's keys -> Config fields (strings; resyncSeconds is read apart).
 DRA_KEYS = {

@@ -18,7 +18,11 @@ LAB_KUBELET = ("/opt/kube/bin/kubelet", "/var/lib/lab/kubelet.yaml", "/var/lib/l
 # pid: (its root directory, its binary, its command line)
 PROCESSES = {
     "100": ((40, 1335498), "/usr/local/bin/kubelet", ["kubelet", "--config=/etc/kubernetes/kubelet.yaml"]),
-    "200": (HOST_ROOT, "/opt/kube/bin/kubelet", ["kubelet", "--config", "/var/lib/lab/kubelet.yaml", "--kubeconfig=/var/lib/lab/kubelet.kubeconfig"]),
+    "200": (
+        HOST_ROOT,
+        "/opt/kube/bin/kubelet",
+        ["kubelet", "--config", "/var/lib/lab/kubelet.yaml", "--kubeconfig=/var/lib/lab/kubelet.kubeconfig"],
+    ),
     "300": (HOST_ROOT, "/usr/bin/containerd", ["containerd"]),
     # kubelet_info's own `kubelet --version`, from another inventory name on this host
     "400": (HOST_ROOT, "/opt/kube/bin/kubelet", ["/opt/kube/bin/kubelet", "--version"]),

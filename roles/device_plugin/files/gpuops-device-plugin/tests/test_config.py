@@ -132,7 +132,8 @@ def test_nvidias_health_env_vars():
         ("frontEnd: [dra]\n", "frontEnd: ['dra'] is not valid; expected a string"),
         (
             "dra:\n  driver: gpu.example.com\n",
-            "dra.driver: 'gpu.example.com' is not valid; unknown key; valid keys here: cdiDir, extendedResourceName, kubeconfig,",
+            "dra.driver: 'gpu.example.com' is not valid; unknown key; valid keys here: cdiDir, "
+            "extendedResourceName, kubeconfig,",
         ),
         ("dra:\n  cdiDir: run/cdi\n", "dra.cdiDir: 'run/cdi' is not valid; expected an absolute path"),
         ("dra:\n  kubeconfig: 3\n", "dra.kubeconfig: 3 is not valid; expected a string"),

@@ -4,6 +4,8 @@
 """dra.node_status: a gone device plugin's nvidia.com/gpu leaves the Node's status, only
 where no device plugin is registered on the node."""
 
+import socket
+
 import pytest
 from kubernetes.client import V1Node, V1NodeStatus
 
@@ -46,11 +48,26 @@ def test_a_left_over_resource_is_removed_from_capacity_and_allocatable(device_pl
     ]
 
 
-def test_nothing_is_patched_while_a_device_plugin_is_registered(device_plugins):
-    (device_plugins / "nvidia-gpu.sock").touch()
+def test_nothing_is_patched_while_a_device_plugin_serves(device_plugins):
+    serving = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    serving.bind(str(device_plugins / "nvidia-gpu.sock"))
+    serving.listen(1)
+    try:
+        api = CoreApi(LEFT_OVER, LEFT_OVER)
+        assert not node_status.clear_stale(api, NODE, "nvidia.com/gpu", str(device_plugins))
+        assert api.patches == []
+    finally:
+        serving.close()
+
+
+def test_a_socket_file_nothing_serves_on_is_no_device_plugin(device_plugins):
+    """What a plugin killed without cleaning up leaves: the file, refusing connections."""
+    left = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    left.bind(str(device_plugins / "nvidia-gpu.sock"))
+    left.close()
+    (device_plugins / "not-a-socket.sock").touch()
     api = CoreApi(LEFT_OVER, LEFT_OVER)
-    assert not node_status.clear_stale(api, NODE, "nvidia.com/gpu", str(device_plugins))
-    assert api.patches == []
+    assert node_status.clear_stale(api, NODE, "nvidia.com/gpu", str(device_plugins))
 
 
 def test_nothing_is_patched_where_the_node_has_no_such_resource(device_plugins):

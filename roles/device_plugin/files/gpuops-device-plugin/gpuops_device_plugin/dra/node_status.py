@@ -12,8 +12,8 @@ DeviceClass's extendedResourceName (KEP-5004), and the kubelet, knowing no such 
 starts the pod without a GPU. Seen on the lab, Kubernetes 1.37.2.
 
 So the DRA front end removes that resource from its Node's capacity and allocatable, only
-when no device plugin at all is registered on the node (no socket beside the kubelet's own
-in its device-plugins directory): a plugin serving it would advertise it again, and the
+when no device plugin at all serves on the node (no socket beside the kubelet's own in
+its device-plugins directory accepts a connection): a plugin serving it would advertise it again, and the
 role refuses to install DRA beside one. The Node authorizer lets a kubelet's credentials
 patch their own Node's status.
 """
@@ -22,18 +22,39 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 
 LOG = logging.getLogger(__name__)
 KUBELET_SOCKET = "kubelet.sock"
 
 
 def device_plugin_sockets(device_plugins_dir: str) -> list[str]:
-    """The device plugins' sockets in the kubelet's directory (not the kubelet's own)."""
+    """The device plugins serving in the kubelet's directory: their sockets (not the
+    kubelet's own) that accept a connection. A plugin killed without cleaning up leaves its
+    socket file, which refuses; it serves nothing."""
     try:
         names = os.listdir(device_plugins_dir)
     except OSError:
         return []
-    return sorted(name for name in names if name.endswith(".sock") and name != KUBELET_SOCKET)
+    return sorted(
+        name
+        for name in names
+        if name.endswith(".sock")
+        and name != KUBELET_SOCKET
+        and _serving(os.path.join(device_plugins_dir, name))
+    )
+
+
+def _serving(path: str) -> bool:
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1.0)
+    try:
+        probe.connect(path)
+    except OSError:
+        return False
+    finally:
+        probe.close()
+    return True
 
 
 def stale_patch(status: dict, resource: str) -> list[dict]:
