@@ -8,6 +8,7 @@ import socket
 
 import pytest
 from kubernetes.client import V1Node, V1NodeStatus
+from kubernetes.client.exceptions import ApiException
 
 from gpuops_device_plugin.dra import node_status
 
@@ -22,7 +23,7 @@ class CoreApi:
         self.node = V1Node(status=V1NodeStatus(capacity=dict(capacity), allocatable=dict(allocatable)))
         self.patches = []
 
-    def read_node_status(self, name):
+    def read_node(self, name):
         assert name == NODE
         return self.node
 
@@ -86,6 +87,18 @@ def test_only_the_fields_that_have_it_are_patched():
     assert node_status.stale_patch({"capacity": {"a~b/c": "0"}, "allocatable": {}}, "a~b/c") == [
         {"op": "remove", "path": "/status/capacity/a~0b~1c"}
     ]
+
+
+def test_an_api_error_is_one_line_naming_the_node_and_the_resource(device_plugins):
+    class Refusing(CoreApi):
+        def patch_node_status(self, name, body):
+            raise ApiException(status=403, reason="Forbidden")
+
+    with pytest.raises(node_status.NodeStatusError) as caught:
+        node_status.clear_stale(Refusing(LEFT_OVER, LEFT_OVER), NODE, "nvidia.com/gpu", str(device_plugins))
+    assert str(caught.value) == (
+        "cannot remove a gone device plugin's nvidia.com/gpu from Node gpu-node-1's status: 403 Forbidden"
+    )
 
 
 def test_a_missing_device_plugins_directory_has_no_sockets(tmp_path):

@@ -25,6 +25,12 @@ import os
 import socket
 
 LOG = logging.getLogger(__name__)
+
+
+class NodeStatusError(Exception):
+    """The Node's status could not be read or patched."""
+
+
 KUBELET_SOCKET = "kubelet.sock"
 
 
@@ -70,11 +76,24 @@ def stale_patch(status: dict, resource: str) -> list[dict]:
 def clear_stale(core_api, node: str, resource: str, device_plugins_dir: str) -> bool:
     """Remove resource from the Node's status where no device plugin can be serving it.
 
-    Returns whether it patched. API errors propagate (the caller logs and tries again).
+    Returns whether it patched. API errors propagate as NodeStatusError (the caller logs
+    and tries again).
     """
     if not resource or device_plugin_sockets(device_plugins_dir):
         return False
-    status = core_api.read_node_status(node).to_dict().get("status") or {}
+    try:
+        return _clear(core_api, node, resource)
+    except Exception as error:  # ApiException, urllib3 and socket errors
+        reason = f"{error.status} {error.reason}" if hasattr(error, "status") else str(error)
+        raise NodeStatusError(
+            f"cannot remove a gone device plugin's {resource} from Node {node}'s status: {reason}"
+        ) from error
+
+
+def _clear(core_api, node: str, resource: str) -> bool:
+    # GET nodes, not nodes/status: the Node authorizer gives a kubelet's credentials the
+    # one and PATCH nodes/status, not GET nodes/status (403 on the lab).
+    status = core_api.read_node(node).to_dict().get("status") or {}
     patch = stale_patch(status, resource)
     if not patch:
         return False
