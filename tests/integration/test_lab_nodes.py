@@ -1373,12 +1373,27 @@ def running_query(nodes, name):
     return nodes.get("pod", name), json.loads(log.splitlines()[0])
 
 
+def claim_name(pod):
+    """The pod's (only) claim: made from its template, named in its spec, or made for its
+    nvidia.com/gpu request (DRA's extended resource)."""
+    statuses = pod["status"].get("resourceClaimStatuses")
+    if statuses:
+        (status,) = statuses
+        return status["resourceClaimName"]
+    named = [
+        ref["resourceClaimName"]
+        for ref in pod["spec"].get("resourceClaims", [])
+        if "resourceClaimName" in ref
+    ]
+    if named:
+        (name,) = named
+        return name
+    return pod["status"]["extendedResourceClaimStatus"]["resourceClaimName"]
+
+
 def allocated_device(nodes, pod):
     """The device the scheduler allocated to the pod's (only) claim."""
-    (status,) = pod["status"].get("resourceClaimStatuses") or [
-        {"resourceClaimName": pod["status"]["extendedResourceClaimStatus"]["resourceClaimName"]}
-    ]
-    claim = nodes.get("resourceclaim", status["resourceClaimName"])
+    claim = nodes.get("resourceclaim", claim_name(pod))
     (result,) = claim["status"]["allocation"]["devices"]["results"]
     assert (result["driver"], result["pool"]) == (DRA_DRIVER, FAULTED), result
     return claim, result["device"]
