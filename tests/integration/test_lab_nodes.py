@@ -1550,6 +1550,11 @@ def test_dra_serves_the_node_claims_and_unchanged_gpu_pods_through_restarts_and_
     nodes.wait("claims unprepared", lambda: checkpointed_claims() == {}, 60)
     specs = on_faulted("ansible.builtin.shell", "ls /var/run/cdi")["stdout"].split()
     assert specs == ["nvidia.yaml"], specs
+    # Back as lab_nodes_gpu.yml left it (gpuops's device plugin, CDI as provisioned): the
+    # tests after this one start from there.
+    extra_vars = {"lab_daemon_nodes": [FAULTED], "lab_docker_nodes": []}
+    playbook_changes(GPU_PLAYBOOK, extra_vars, fleet, hosts=(FAULTED,))
+    assert playbook_changes(GPU_PLAYBOOK, extra_vars, fleet, hosts=(FAULTED,)) == {FAULTED: []}
 
 
 def test_nvidias_daemonset_serves_a_node_in_place_of_the_daemon(nodes, gpu_nodes, fleet):
