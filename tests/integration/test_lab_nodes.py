@@ -10,6 +10,7 @@ import json
 import os
 import re
 import socket
+import statistics
 import subprocess
 import sys
 import threading
@@ -1162,123 +1163,6 @@ def test_a_kubelet_that_would_refuse_cgroup_v1_is_named_on_its_node_only(nodes, 
     assert "kubelet" not in findings[FAULTED], findings
 
 
-UPGRADED = "560.35.03"
-HOSTNAME_IN = {"key": "kubernetes.io/hostname", "operator": "In", "values": CONTAINERD_NODES}
-ON_CONTAINERD_NODES = {"nodeSelectorTerms": [{"matchExpressions": [HOSTNAME_IN]}]}
-ONE_GPU = {"limits": {"nvidia.com/gpu": 1}}
-GPU_APP_CONTAINER = nvml_query_container(command=["sleep", "3600"], resources=ONE_GPU)
-ROLLING_APP = {
-    "apiVersion": "apps/v1",
-    "kind": "Deployment",
-    "metadata": {"name": "rolling-gpu-app", "namespace": "default"},
-    "spec": {
-        "replicas": len(CONTAINERD_NODES),
-        "selector": {"matchLabels": {"app": "rolling-gpu-app"}},
-        "template": {
-            "metadata": {"labels": {"app": "rolling-gpu-app"}},
-            "spec": {
-                "terminationGracePeriodSeconds": 1,
-                "runtimeClassName": "nvidia",
-                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-                "affinity": {
-                    # One replica on each containerd node, never two on one.
-                    "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": ON_CONTAINERD_NODES},
-                    "podAntiAffinity": {
-                        "requiredDuringSchedulingIgnoredDuringExecution": [
-                            {
-                                "labelSelector": {"matchLabels": {"app": "rolling-gpu-app"}},
-                                "topologyKey": "kubernetes.io/hostname",
-                            }
-                        ]
-                    },
-                },
-                "containers": [GPU_APP_CONTAINER],
-                "volumes": [PROFILE_VOLUME],
-            },
-        },
-    },
-}
-
-
-def cluster_sample(nodes):
-    """(cordoned nodes, nodes with a running GPU app pod), from the API server now."""
-    cordoned = {n["metadata"]["name"] for n in nodes.get("nodes")["items"] if n["spec"].get("unschedulable")}
-    pods = nodes.get("pods", "-l", "app=rolling-gpu-app")["items"]
-    running = {p["spec"].get("nodeName") for p in pods if p["status"].get("phase") == "Running"}
-    return frozenset(cordoned), frozenset(running)
-
-
-def upgrade_containerd_nodes(fleet):
-    """playbooks/upgrade_driver.yml (serial 1) on the containerd nodes, with make site's
-    settings (inventories/lab: the validation pod's image and checks); changed tasks."""
-    rc, tasks = playbook_on("upgrade_driver.yml", CONTAINERD_NODES, fleet, driver_upgrade_version=UPGRADED)
-    results = [(name, host, result) for name, hosts in tasks for host, result in hosts.items()]
-    assert rc == 0, [(name, host, r.get("msg")) for name, host, r in results if r.get("failed")]
-    return [(host, name) for name, host, result in results if result.get("changed")]
-
-
-def test_a_rolling_driver_upgrade_keeps_a_gpu_pod_running_on_the_other_node(nodes, gpu_nodes, fleet):
-    nodes.kubectl("apply", "-f", "-", stdin=json.dumps(ROLLING_APP))
-    try:
-        nodes.wait(
-            "a GPU app pod running on each containerd node",
-            lambda: cluster_sample(nodes)[1] == set(CONTAINERD_NODES),
-            120,
-        )
-        samples, done = [], threading.Event()
-
-        def watch():
-            while not done.is_set():
-                samples.append(cluster_sample(nodes))
-                time.sleep(0.5)
-
-        watcher = threading.Thread(target=watch, daemon=True)
-        watcher.start()
-        try:
-            changed = upgrade_containerd_nodes(fleet)
-        finally:
-            done.set()
-            watcher.join(30)
-        # Node by node: each was cordoned on its own, and all the while the GPU app ran on
-        # the other one. The CDI specification was regenerated for the new driver on each.
-        cordoned = [c for c, _running in samples if c]
-        assert {frozenset([n]) for n in CONTAINERD_NODES} <= set(cordoned), [sorted(c) for c in set(cordoned)]
-        assert all(len(c) == 1 for c in cordoned), [sorted(c) for c in set(cordoned)]
-        for c, running in samples:
-            for node in c:
-                (other,) = set(CONTAINERD_NODES) - {node}
-                assert other in running, (c, running)
-        regenerated = "gpuops.k8s.driver_upgrade : Regenerate the CDI specification for the new driver"
-        assert {host for host, task in changed if task == regenerated} == set(CONTAINERD_NODES), changed
-        rc, hosts = ansible("--limit", ",".join(CONTAINERD_NODES), "-m", "ansible.builtin.command", "-a",
-                            "dpkg-query -W -f ${Version} gpuops-lab-driver")  # fmt: skip
-        assert rc == 0 and {h: r["stdout"] for h, r in hosts.items()} == dict.fromkeys(
-            CONTAINERD_NODES, UPGRADED + "-1"
-        )
-        assert not any(n["spec"].get("unschedulable") for n in nodes.get("nodes")["items"])
-        # Done is done: a second run finds each node at the version and changes nothing.
-        assert upgrade_containerd_nodes(fleet) == []
-    finally:
-        nodes.kubectl("delete", "deployment", "rolling-gpu-app", "--ignore-not-found", "--wait=true")
-
-
-NVIDIA_PLUGIN_TASK = "gpuops.k8s.device_plugin : Apply NVIDIA's device plugin DaemonSet"
-STOP_DAEMON_TASK = "gpuops.k8s.device_plugin : Stop the gpuops daemon where another plugin mode serves now"
-REMOVE_NVIDIA_PLUGIN = "gpuops.k8s.device_plugin : Remove NVIDIA's device plugin DaemonSet"
-
-
-def nvidia_plugin_pods(nodes):
-    return nodes.get("pods", "-n", "kube-system", "-l", "name=nvidia-device-plugin-ds")["items"]
-
-
-def managed_profile(provider):
-    """The example inventory's settings for a managed cluster (docs/managed-clusters.md)
-    that a lab node takes as they are: all but how Ansible reaches the nodes and the API."""
-    path = ROOT / "inventories" / "examples" / provider / "group_vars" / "gpu_nodes.yml"
-    settings = yaml.safe_load(path.read_text())
-    return {k: v for k, v in settings.items() if not (k.startswith("ansible_") or k.endswith("_kubeconfig"))}
-
-
 # --- DRA: node 2 moves from gpuops's device plugin to the daemon's DRA front end ----------
 
 DRA_PLAYBOOK = Path(__file__).parent / "playbooks" / "lab_nodes_dra.yml"
@@ -1476,6 +1360,81 @@ def lose_and_recover(nodes, pod, device):
     print(f"healthy and untainted {time.monotonic() - start:.1f} s after the device node came back")
 
 
+DRA_XID_ROUNDS = 3
+XID_TAINT = DRA_DRIVER + "/xid"
+
+
+def xid_rounds(nodes, pod, device):
+    """An XID on POD's GPU, DRA_XID_ROUNDS times (NVIDIA's mock: the GPU trips into an
+    uncorrectable ECC error and reports XID 79 through NVML's event set): the slice taints the
+    device and the pod's status says Unhealthy; with the fault cleared both lift once re-probes
+    pass for the quiet period (10 s here). Seconds: {"xid -> taint": [...], ...}."""
+    index = device.rsplit("-", 1)[1]
+    xid = {"version": 1, "devices": {index: {"failure": {"mode": "ecc_uncorrectable", "xid": {"code": 79}}}}}
+    times = {"xid -> taint": [], "xid -> pod Unhealthy": [], "recovery -> untaint and Healthy": []}
+    for _round in range(DRA_XID_ROUNDS):
+        nodes.wait("the claim's device healthy", lambda: device_health(nodes, pod) == ["Healthy"], 90)
+        on_faulted("ansible.builtin.copy", {"dest": MOCK_OVERRIDES, "content": json.dumps(xid)})
+        start = time.monotonic()
+        try:
+            seen = {}
+            while len(seen) < 2 and time.monotonic() - start < 60:
+                if "taint" not in seen and device_taints(nodes, device) == [XID_TAINT]:
+                    seen["taint"] = time.monotonic() - start
+                if "pod" not in seen and device_health(nodes, pod) == ["Unhealthy"]:
+                    seen["pod"] = time.monotonic() - start
+                time.sleep(0.1)
+            assert set(seen) == {"taint", "pod"}, (
+                seen,
+                device_taints(nodes, device),
+                device_health(nodes, pod),
+            )
+            # Only the faulted GPU: the others stay offered.
+            tainted = [
+                d["name"] for s in dra_slices(nodes, FAULTED) for d in s["spec"]["devices"] if d.get("taints")
+            ]
+            assert tainted == [device], tainted
+        finally:
+            on_faulted("ansible.builtin.file", {"path": MOCK_OVERRIDES, "state": "absent"})
+        cleared = time.monotonic()
+        nodes.wait("the taint gone", lambda: device_taints(nodes, device) == [], 90)
+        nodes.wait("the pod told again", lambda: device_health(nodes, pod) == ["Healthy"], 90)
+        times["xid -> taint"].append(seen["taint"])
+        times["xid -> pod Unhealthy"].append(seen["pod"])
+        times["recovery -> untaint and Healthy"].append(time.monotonic() - cleared)
+    for what, seconds in times.items():
+        print(
+            f"{what}: p50 {statistics.median(seconds):.1f} s, max {max(seconds):.1f} s, {len(seconds)} rounds"
+        )
+    return times
+
+
+def uninstall_dra(nodes, fleet):
+    """Mode dra's uninstall on node 2 (device_plugin_state absent): check mode predicts it, a
+    second run changes nothing, and no slice, class, socket, claim CDI spec or checkpoint of
+    the driver stays."""
+    extra_vars = {
+        "container_runtime_enable_cdi": True,
+        "lab_daemon_nodes": [],
+        "lab_docker_nodes": [],
+        "device_plugin_state": "absent",
+    }
+    predicted = playbook_changes(DRA_PLAYBOOK, extra_vars, fleet, check=True, hosts=(FAULTED,))
+    first = playbook_changes(DRA_PLAYBOOK, extra_vars, fleet, hosts=(FAULTED,))
+    assert predicted == first and first[FAULTED], (predicted, first)
+    assert playbook_changes(DRA_PLAYBOOK, extra_vars, fleet, hosts=(FAULTED,)) == {FAULTED: []}
+    assert dra_slices(nodes, FAULTED) == []
+    classes = [c["metadata"]["name"] for c in nodes.get("deviceclasses")["items"]]
+    assert not [c for c in classes if c.endswith(DRA_DRIVER)], classes
+    left = on_faulted(
+        "ansible.builtin.shell",
+        "ls -d /var/lib/kubelet/plugins_registry/*gpuops* /var/lib/kubelet/plugins/*gpuops* "
+        "/etc/gpuops-device-plugin /opt/gpuops-device-plugin 2>/dev/null; ls /var/run/cdi; "
+        "systemctl list-unit-files gpuops-device-plugin.service --no-legend | cut -d' ' -f1; true",
+    )["stdout"].split()
+    assert left == ["nvidia.yaml"], left
+
+
 def unschedulable(nodes, pod):
     """The scheduler's messages while POD is not scheduled."""
     conditions = nodes.get("pod", pod)["status"].get("conditions") or []
@@ -1489,7 +1448,8 @@ def test_dra_serves_the_node_claims_and_unchanged_gpu_pods_through_restarts_and_
     80 GB and an unchanged nvidia.com/gpu pod each see exactly their GPU through CDI, one
     asking for 200 GiB stays pending with the scheduler's reason; a shared claim's pods and
     two half-memory claims each share one GPU; kubelet and plugin restarts keep prepared
-    claims; a lost GPU reaches its pod's status and the slice, and both recover."""
+    claims; a lost GPU and an XID reach the pod's status and the slice, and both recover; the
+    uninstall leaves nothing of the driver behind."""
     devices = move_to_dra(nodes, fleet)
     pods = ["dra-80g", "dra-unchanged", "dra-200g", "dra-after"]
     sharing = ["dra-shared-a", "dra-shared-b", "dra-half-a", "dra-half-b"]
@@ -1539,6 +1499,7 @@ def test_dra_serves_the_node_claims_and_unchanged_gpu_pods_through_restarts_and_
         assert seen_after["uuids"][0] not in seen["uuids"] + seen_unchanged["uuids"], seen_after
 
         lose_and_recover(nodes, "dra-80g", device)
+        xid_rounds(nodes, "dra-80g", device)
     finally:
         nodes.kubectl("delete", "pod", *pods, *sharing, "--ignore-not-found", "--wait=true", check=False)
         nodes.kubectl("delete", "resourceclaim", "shared-gpu", "--ignore-not-found", check=False)
@@ -1550,11 +1511,128 @@ def test_dra_serves_the_node_claims_and_unchanged_gpu_pods_through_restarts_and_
     nodes.wait("claims unprepared", lambda: checkpointed_claims() == {}, 60)
     specs = on_faulted("ansible.builtin.shell", "ls /var/run/cdi")["stdout"].split()
     assert specs == ["nvidia.yaml"], specs
+    uninstall_dra(nodes, fleet)
     # Back as lab_nodes_gpu.yml left it (gpuops's device plugin, CDI as provisioned): the
     # tests after this one start from there.
     extra_vars = {"lab_daemon_nodes": [FAULTED], "lab_docker_nodes": []}
     playbook_changes(GPU_PLAYBOOK, extra_vars, fleet, hosts=(FAULTED,))
-    assert playbook_changes(GPU_PLAYBOOK, extra_vars, fleet, hosts=(FAULTED,)) == {FAULTED: []}
+
+
+UPGRADED = "560.35.03"
+HOSTNAME_IN = {"key": "kubernetes.io/hostname", "operator": "In", "values": CONTAINERD_NODES}
+ON_CONTAINERD_NODES = {"nodeSelectorTerms": [{"matchExpressions": [HOSTNAME_IN]}]}
+ONE_GPU = {"limits": {"nvidia.com/gpu": 1}}
+GPU_APP_CONTAINER = nvml_query_container(command=["sleep", "3600"], resources=ONE_GPU)
+ROLLING_APP = {
+    "apiVersion": "apps/v1",
+    "kind": "Deployment",
+    "metadata": {"name": "rolling-gpu-app", "namespace": "default"},
+    "spec": {
+        "replicas": len(CONTAINERD_NODES),
+        "selector": {"matchLabels": {"app": "rolling-gpu-app"}},
+        "template": {
+            "metadata": {"labels": {"app": "rolling-gpu-app"}},
+            "spec": {
+                "terminationGracePeriodSeconds": 1,
+                "runtimeClassName": "nvidia",
+                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                "affinity": {
+                    # One replica on each containerd node, never two on one.
+                    "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": ON_CONTAINERD_NODES},
+                    "podAntiAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": [
+                            {
+                                "labelSelector": {"matchLabels": {"app": "rolling-gpu-app"}},
+                                "topologyKey": "kubernetes.io/hostname",
+                            }
+                        ]
+                    },
+                },
+                "containers": [GPU_APP_CONTAINER],
+                "volumes": [PROFILE_VOLUME],
+            },
+        },
+    },
+}
+
+
+def cluster_sample(nodes):
+    """(cordoned nodes, nodes with a running GPU app pod), from the API server now."""
+    cordoned = {n["metadata"]["name"] for n in nodes.get("nodes")["items"] if n["spec"].get("unschedulable")}
+    pods = nodes.get("pods", "-l", "app=rolling-gpu-app")["items"]
+    running = {p["spec"].get("nodeName") for p in pods if p["status"].get("phase") == "Running"}
+    return frozenset(cordoned), frozenset(running)
+
+
+def upgrade_containerd_nodes(fleet):
+    """playbooks/upgrade_driver.yml (serial 1) on the containerd nodes, with make site's
+    settings (inventories/lab: the validation pod's image and checks); changed tasks."""
+    rc, tasks = playbook_on("upgrade_driver.yml", CONTAINERD_NODES, fleet, driver_upgrade_version=UPGRADED)
+    results = [(name, host, result) for name, hosts in tasks for host, result in hosts.items()]
+    assert rc == 0, [(name, host, r.get("msg")) for name, host, r in results if r.get("failed")]
+    return [(host, name) for name, host, result in results if result.get("changed")]
+
+
+def test_a_rolling_driver_upgrade_keeps_a_gpu_pod_running_on_the_other_node(nodes, gpu_nodes, fleet):
+    nodes.kubectl("apply", "-f", "-", stdin=json.dumps(ROLLING_APP))
+    try:
+        nodes.wait(
+            "a GPU app pod running on each containerd node",
+            lambda: cluster_sample(nodes)[1] == set(CONTAINERD_NODES),
+            120,
+        )
+        samples, done = [], threading.Event()
+
+        def watch():
+            while not done.is_set():
+                samples.append(cluster_sample(nodes))
+                time.sleep(0.5)
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        try:
+            changed = upgrade_containerd_nodes(fleet)
+        finally:
+            done.set()
+            watcher.join(30)
+        # Node by node: each was cordoned on its own, and all the while the GPU app ran on
+        # the other one. The CDI specification was regenerated for the new driver on each.
+        cordoned = [c for c, _running in samples if c]
+        assert {frozenset([n]) for n in CONTAINERD_NODES} <= set(cordoned), [sorted(c) for c in set(cordoned)]
+        assert all(len(c) == 1 for c in cordoned), [sorted(c) for c in set(cordoned)]
+        for c, running in samples:
+            for node in c:
+                (other,) = set(CONTAINERD_NODES) - {node}
+                assert other in running, (c, running)
+        regenerated = "gpuops.k8s.driver_upgrade : Regenerate the CDI specification for the new driver"
+        assert {host for host, task in changed if task == regenerated} == set(CONTAINERD_NODES), changed
+        rc, hosts = ansible("--limit", ",".join(CONTAINERD_NODES), "-m", "ansible.builtin.command", "-a",
+                            "dpkg-query -W -f ${Version} gpuops-lab-driver")  # fmt: skip
+        assert rc == 0 and {h: r["stdout"] for h, r in hosts.items()} == dict.fromkeys(
+            CONTAINERD_NODES, UPGRADED + "-1"
+        )
+        assert not any(n["spec"].get("unschedulable") for n in nodes.get("nodes")["items"])
+        # Done is done: a second run finds each node at the version and changes nothing.
+        assert upgrade_containerd_nodes(fleet) == []
+    finally:
+        nodes.kubectl("delete", "deployment", "rolling-gpu-app", "--ignore-not-found", "--wait=true")
+
+
+NVIDIA_PLUGIN_TASK = "gpuops.k8s.device_plugin : Apply NVIDIA's device plugin DaemonSet"
+STOP_DAEMON_TASK = "gpuops.k8s.device_plugin : Stop the gpuops daemon where another plugin mode serves now"
+REMOVE_NVIDIA_PLUGIN = "gpuops.k8s.device_plugin : Remove NVIDIA's device plugin DaemonSet"
+
+
+def nvidia_plugin_pods(nodes):
+    return nodes.get("pods", "-n", "kube-system", "-l", "name=nvidia-device-plugin-ds")["items"]
+
+
+def managed_profile(provider):
+    """The example inventory's settings for a managed cluster (docs/managed-clusters.md)
+    that a lab node takes as they are: all but how Ansible reaches the nodes and the API."""
+    path = ROOT / "inventories" / "examples" / provider / "group_vars" / "gpu_nodes.yml"
+    settings = yaml.safe_load(path.read_text())
+    return {k: v for k, v in settings.items() if not (k.startswith("ansible_") or k.endswith("_kubeconfig"))}
 
 
 def test_nvidias_daemonset_serves_a_node_in_place_of_the_daemon(nodes, gpu_nodes, fleet):
