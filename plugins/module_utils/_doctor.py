@@ -463,7 +463,13 @@ _RULES = (
         dra.device_classes,
         False,
     ),
-    ("dra", ("gpu", "node_state", "kubelet"), ("dra_driver", "dra_registration_socket"), dra.kubelet_gates, False),
+    (
+        "dra",
+        ("gpu", "node_state", "kubelet"),
+        ("dra_driver", "dra_registration_socket"),
+        dra.kubelet_gates,
+        False,
+    ),
     ("labels", ("labels",), (), _labels, False),
     ("dcgm_exporter", ("dcgm_ds", "dcgm_pods"), ("dcgm_exporter_namespace",), _dcgm_exporter, False),
 )

@@ -110,7 +110,8 @@ def allocatable(obs, settings):
             finding(
                 "allocatable",
                 FAIL,
-                "the ResourceSlice of %s offers GPUs that NVML no longer lists: %s" % (driver, listing(names, 4)),
+                "the ResourceSlice of %s offers GPUs that NVML no longer lists: %s"
+                % (driver, listing(names, 4)),
                 _GONE_FIX,
             )
         )
@@ -151,9 +152,10 @@ def stale_resource(obs, settings):
         finding(
             "allocatable",
             FAIL,
-            "Node %s still lists %s from a device plugin (capacity %d, allocatable %d), though the DRA driver "
-            "%s serves its GPUs: the scheduler places %s pods by that count and the kubelet may start them "
-            "without a GPU" % (settings["node_name"], resource, capacity, held, settings["dra_driver"], resource),
+            "Node %s still lists %s from a device plugin (capacity %d, allocatable %d), though the DRA "
+            "driver %s serves its GPUs: the scheduler places %s pods by that count and the kubelet may start "
+            "them without a GPU"
+            % (settings["node_name"], resource, capacity, held, settings["dra_driver"], resource),
             "one mechanism per node: remove any device plugin on the node (NVIDIA's or the GPU Operator's "
             "DaemonSet), then restart gpuops-device-plugin, which removes %s from its Node's status when no "
             "device plugin is registered" % resource,
@@ -190,8 +192,8 @@ def device_classes(obs, settings):
             finding(
                 "dra",
                 FAIL,
-                "DeviceClass %s does not exist: claims for the driver's GPUs name it, and none can be allocated"
-                % name,
+                "DeviceClass %s does not exist: claims for the driver's GPUs name it, and none can be "
+                "allocated" % name,
                 "run role device_plugin (device_plugin_mode dra), which applies the driver's DeviceClasses",
             )
         )
@@ -203,9 +205,10 @@ def device_classes(obs, settings):
                 finding(
                     "dra",
                     WARN,
-                    "DeviceClass %s does not exist: pods asking for nvidia.com/gpu without a claim get no GPU "
-                    "on this node" % extended,
-                    "run role device_plugin (device_plugin_mode dra, device_plugin_dra_extended_resource true)",
+                    "DeviceClass %s does not exist: pods asking for nvidia.com/gpu without a claim get no "
+                    "GPU on this node" % extended,
+                    "run role device_plugin (device_plugin_mode dra, "
+                    "device_plugin_dra_extended_resource true)",
                 )
             )
         elif not (stored.get("spec") or {}).get("extendedResourceName"):
@@ -242,7 +245,10 @@ def kubelet_gates(obs, settings):
             DRA_GA[0],
             DRA_GA[1],
         )
-        fix = "upgrade the node to Kubernetes %d.%d or later, or use a device plugin (device_plugin_mode gpuops)" % DRA_GA
+        fix = (
+            "upgrade the node to Kubernetes %d.%d or later, or use a device plugin "
+            "(device_plugin_mode gpuops)" % DRA_GA
+        )
     else:
         return []
     return [

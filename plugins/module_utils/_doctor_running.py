@@ -92,10 +92,11 @@ def services(obs, settings):
     units = systemd.get("units") or {}
     ours = _plugin_is_ours(obs["gpu"])
     found = []
-    for setting, part, consequence in _PARTS:
+    for setting, what, means in _PARTS:
         name = settings[setting]
         if not name or (setting == "plugin_service" and ours is False):
             continue
+        part, consequence = what, means
         if setting == "plugin_service" and _plugin_mode(obs["gpu"]) == "dra":
             part, consequence = "the DRA driver", _DRA_DOWN
         full = unit_name(name)

@@ -104,7 +104,8 @@ class Offer:
 def taint_text(device):
     """'gpu-1 (GPU-..., gpu.gpuops.k8s/xid=79)'."""
     taints = ", ".join(
-        "%s=%s" % (t.get("key"), t["value"]) if t.get("value") else str(t.get("key")) for t in device["taints"]
+        "%s=%s" % (t.get("key"), t["value"]) if t.get("value") else str(t.get("key"))
+        for t in device["taints"]
     )
     return "%s (%s, %s)" % (device["name"], device["uuid"], taints)
 
