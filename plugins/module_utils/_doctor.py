@@ -16,6 +16,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.gpuops.k8s.plugins.module_utils import _doctor_dra as dra
 from ansible_collections.gpuops.k8s.plugins.module_utils import _doctor_gpus as gpus
 from ansible_collections.gpuops.k8s.plugins.module_utils import _doctor_running as running
 from ansible_collections.gpuops.k8s.plugins.module_utils._doctor_base import (
@@ -47,6 +48,7 @@ CHECKS = (
     "node_ready",
     "plugin",
     "allocatable",
+    "dra",
     "labels",
     "dcgm_exporter",
 )
@@ -65,6 +67,10 @@ OBSERVATIONS = (
     "labels",  # gpuops.k8s.gpu_node in check mode (skipped: not checked)
     "dcgm_pods",  # k8s_info of the dcgm-exporter pods on the node
     "dcgm_ds",  # k8s_info of the dcgm-exporter DaemonSet
+    # Mode dra (the node's record says so, or the driver's registration socket is in
+    # node_state's paths): the plugin, allocatable and dra checks read these instead.
+    "slices",  # k8s_info of the DRA driver's ResourceSlices
+    "device_classes",  # k8s_info of the DeviceClasses (api_found: resource.k8s.io/v1 served)
 )
 
 
@@ -422,17 +428,62 @@ _RULES = (
         False,
     ),
     ("node_ready", ("node",), ("node_name", "runtime_service", "kubelet_service"), running.node_ready, False),
-    ("plugin", ("gpu", "node_state"), ("plugin_dir", "resource"), _plugin, False),
+    # The device plugin's rules are silent on a node our DRA driver serves; the DRA rules on the others.
+    ("plugin", ("gpu", "node_state"), ("plugin_dir", "resource"), dra.device_plugin_only(_plugin), False),
+    ("plugin", ("gpu", "node_state"), ("dra_driver", "dra_registration_socket"), dra.plugin, False),
     # A Node missing from the cluster is reported even where allocatable is skipped.
     ("allocatable", ("node",), ("node_name",), _node_missing, True),
     # Node-local: what the kubelet's checkpoint holds for GPUs NVML does not list (no Node needed).
-    ("allocatable", ("gpu", "node_state"), ("resource",), gpus.unlisted, False),
-    ("allocatable", ("node", "gpu", "node_state"), ("resource", "replicas"), gpus.allocatable, False),
+    ("allocatable", ("gpu", "node_state"), ("resource",), dra.device_plugin_only(gpus.unlisted), False),
+    (
+        "allocatable",
+        ("node", "gpu", "node_state"),
+        ("resource", "replicas"),
+        dra.device_plugin_only(gpus.allocatable),
+        False,
+    ),
+    (
+        "allocatable",
+        ("gpu", "node_state", "slices"),
+        ("node_name", "dra_driver", "dra_registration_socket"),
+        dra.allocatable,
+        False,
+    ),
+    (
+        "allocatable",
+        ("node", "gpu", "node_state"),
+        ("node_name", "resource", "dra_driver", "dra_registration_socket"),
+        dra.stale_resource,
+        False,
+    ),
+    (
+        "dra",
+        ("gpu", "node_state", "device_classes"),
+        ("dra_device_class", "dra_extended_class", "dra_registration_socket"),
+        dra.device_classes,
+        False,
+    ),
+    (
+        "dra",
+        ("gpu", "node_state", "kubelet"),
+        ("dra_driver", "dra_registration_socket"),
+        dra.kubelet_gates,
+        False,
+    ),
     ("labels", ("labels",), (), _labels, False),
     ("dcgm_exporter", ("dcgm_ds", "dcgm_pods"), ("dcgm_exporter_namespace",), _dcgm_exporter, False),
 )
 
 SETTINGS = tuple(sorted({name for rule in _RULES for name in rule[2]}))
+
+# The DRA rules' settings where a caller gives none (a playbook written before mode dra): our
+# driver's names and the kubelet's default registry (device_plugin's vars/main.yml).
+DRA_DEFAULTS = {
+    "dra_driver": "gpu.gpuops.k8s",
+    "dra_registration_socket": "/var/lib/kubelet/plugins_registry/gpu.gpuops.k8s-reg.sock",
+    "dra_device_class": "gpu.gpuops.k8s",
+    "dra_extended_class": "nvidia-gpu.gpu.gpuops.k8s",
+}
 
 
 def diagnose(observed, settings, skip=(), only=None):
@@ -451,6 +502,7 @@ def diagnose(observed, settings, skip=(), only=None):
         raise DoctorInputError("unknown observation, setting or check: %s" % ", ".join(unknown))
     if only is not None:
         skip = set(skip) | (set(CHECKS) - set(only))
+    settings = dict(DRA_DEFAULTS, **settings)
     found = []
     for check, reads, needs, rule, always in _RULES:
         if (check in skip and not always) or any(name not in observed for name in reads):

@@ -67,11 +67,22 @@ def _state(status):
     return text + ", " + ", ".join(details)
 
 
+# The device_plugin modes whose plugin is our daemon's unit (its device plugin or its DRA front end).
+_OUR_MODES = ("gpuops", "dra")
+# What the daemon's unit being down means in mode dra (the kubelet calls the driver for each claim).
+_DRA_DOWN = "the kubelet cannot prepare the node's ResourceClaims, so no new pod gets its GPUs"
+
+
+def _plugin_mode(gpu):
+    return ((gpu or {}).get("device_plugin") or {}).get("mode")
+
+
 def _plugin_is_ours(gpu):
     """Whether the node's device plugin is our daemon's unit: the record (or gpu_doctor_device_plugin)
-    says mode gpuops (True), says another mode (False), or there is none (None: judged where installed)."""
-    mode = ((gpu or {}).get("device_plugin") or {}).get("mode")
-    return None if mode is None else mode == "gpuops"
+    says mode gpuops or dra (True), says another mode (False), or there is none (None: judged where
+    installed)."""
+    mode = _plugin_mode(gpu)
+    return None if mode is None else mode in _OUR_MODES
 
 
 def services(obs, settings):
@@ -81,10 +92,13 @@ def services(obs, settings):
     units = systemd.get("units") or {}
     ours = _plugin_is_ours(obs["gpu"])
     found = []
-    for setting, part, consequence in _PARTS:
+    for setting, what, means in _PARTS:
         name = settings[setting]
         if not name or (setting == "plugin_service" and ours is False):
             continue
+        part, consequence = what, means
+        if setting == "plugin_service" and _plugin_mode(obs["gpu"]) == "dra":
+            part, consequence = "the DRA driver", _DRA_DOWN
         full = unit_name(name)
         status = units.get(full)
         if status is None:  # not asked of node_state_info
@@ -97,9 +111,9 @@ def services(obs, settings):
                     finding(
                         "services",
                         FAIL,
-                        "%s is not installed, though the node's device plugin is ours (mode gpuops): %s"
-                        % (full, consequence),
-                        "run role device_plugin (device_plugin_mode gpuops)",
+                        "%s is not installed, though the node's device plugin is ours (mode %s): %s"
+                        % (full, _plugin_mode(obs["gpu"]), consequence),
+                        "run role device_plugin (device_plugin_mode %s)" % _plugin_mode(obs["gpu"]),
                     )
                 )
             continue

@@ -22,7 +22,7 @@ PLUGIN_FINDING = {
 }
 
 
-def summary_row(tmp_path, gpu, findings=(), skip=()):
+def summary_row(tmp_path, gpu, findings=(), skip=(), **doctor):
     extra = {
         "gpu_doctor_gpu": gpu,
         "gpu_doctor_findings": list(findings),
@@ -30,6 +30,7 @@ def summary_row(tmp_path, gpu, findings=(), skip=()):
         "gpu_doctor_allocatable": str(gpu["gpu_count"]),
         "gpu_doctor_runtime_check": {"changed": False},
     }
+    extra.update({"gpu_doctor_" + name: value for name, value in doctor.items()})
     exprs = {"summary": "{{ lookup('ansible.builtin.template', '%s') }}" % TEMPLATE}
     result = resolve("gpuops-node-1,", [], exprs=exprs, extra=extra, tmp_path=tmp_path)
     header, row = result["gpuops-node-1"]["summary"].splitlines()[:2]
@@ -68,3 +69,13 @@ def test_the_plugin_column_says_registered_only_when_the_doctor_checked_it(
 ):
     row = summary_row(tmp_path, gpu, findings, skip)
     assert row["PLUGIN"] == plugin, row
+
+
+def test_a_dra_node_says_its_driver_and_the_gpus_its_slice_offers(tmp_path):
+    # Mode dra as the doctor found it (here by the socket: no record), its allocatable as the doctor
+    # counts it (roles/gpu_doctor/tasks/main.yml: GPUs an untainted device offers).
+    gpu = {**H100, "device_plugin": {"source": "none", "mode": None}}
+    row = summary_row(tmp_path, gpu, mode="dra", allocatable="7 (DRA, 1 tainted)")
+    assert (row["PLUGIN"], row["ALLOCATABLE"]) == ("registered (gpuops DRA driver)", "7 (DRA, 1 tainted)"), (
+        row
+    )

@@ -90,11 +90,27 @@ def expressions():
         "ansible.builtin.set_fact",
         "gpu_validation_findings",
     )
+    mode = task_arg(
+        "gpu_validation",
+        "main.yml",
+        "Say whether the node offers its GPUs through DRA or a device plugin",
+        "ansible.builtin.set_fact",
+        "gpu_validation_mode",
+    )
+    allocatable = task_arg(
+        "gpu_validation",
+        "main.yml",
+        "Compare the node with the GPUs found, as the doctor does",
+        "ansible.builtin.set_fact",
+        "gpu_validation_allocatable",
+    )
     return {
+        "mode": mode,
         "settled": settled,
         # The wait ends where this holds (the reads left aside: one read here).
         "done": "{{ (%s) }}" % read["until"],
         "findings": findings,
+        "allocatable": allocatable,
     }
 
 
@@ -109,13 +125,19 @@ def evaluate(tmp_path, gpu_result, state, node_result, *, extra=None):
     }
     registered.update(extra or {})
     exprs = expressions()
-    # The wait reads gpu_validation_settled, which the role sets first.
+    # The wait reads gpu_validation_settled and gpu_validation_mode, which the role sets first.
     first = resolve(
-        "gpuops-node-1,", [], exprs={"settled": exprs["settled"]}, extra=registered, tmp_path=tmp_path
+        "gpuops-node-1,",
+        [],
+        exprs={"settled": exprs["settled"], "mode": exprs["mode"]},
+        extra=registered,
+        tmp_path=tmp_path,
     )
     registered["gpu_validation_settled"] = first["gpuops-node-1"]["settled"]
-    later = {"done": exprs["done"], "findings": exprs["findings"]}
+    registered["gpu_validation_mode"] = first["gpuops-node-1"]["mode"].strip()
+    later = {"done": exprs["done"], "findings": exprs["findings"], "allocatable": exprs["allocatable"]}
     result = resolve("gpuops-node-1,", [], exprs=later, extra=registered, tmp_path=tmp_path)["gpuops-node-1"]
+    evaluate.last = dict(result, mode=registered["gpu_validation_mode"])
     return registered["gpu_validation_settled"], result["done"], result["findings"]
 
 
@@ -190,3 +212,59 @@ def test_the_state_read_again_after_a_wait_is_the_one_judged(tmp_path):
         extra={"gpu_validation_node_state_after": node_state()},
     )
     assert findings == []
+
+
+# Mode dra: the node's record says so; no device plugin socket, no nvidia.com/gpu in the
+# Node's status, and the driver's ResourceSlice offers the GPUs (tainted ones do not count).
+DRIVER = "gpu.gpuops.k8s"
+
+
+def dra_registered(tainted=()):
+    devices = []
+    for i, uuid in enumerate(UUIDS):
+        device = {"name": "gpu-%d" % i, "attributes": {"uuid": {"string": uuid}}}
+        if i in tainted:
+            device["taints"] = [{"key": DRIVER + "/xid", "value": "79", "effect": "NoSchedule"}]
+        devices.append(device)
+    spec = {"driver": DRIVER, "nodeName": "gpuops-node-1", "pool": {"name": "gpuops-node-1", "generation": 1}}
+    return {
+        "gpu_validation_slices": {"api_found": True, "resources": [{"spec": dict(spec, devices=devices)}]},
+        "gpu_validation_device_classes": {"api_found": True, "resources": [{"metadata": {"name": DRIVER}}]},
+    }
+
+
+def dra_node():
+    result = node()
+    status = result["resources"][0]["status"]
+    status["allocatable"], status["capacity"] = {"cpu": "16"}, {"cpu": "16"}
+    return result
+
+
+def dra_gpu():
+    return dict(gpu(), device_plugin={"mode": "dra"})
+
+
+def test_a_dra_node_whose_slice_offers_every_gpu_passes_with_no_nvidia_gpu_in_its_status(tmp_path):
+    state = node_state(registered=[], sockets=())
+    settled, done, findings = evaluate(tmp_path, dra_gpu(), state, dra_node(), extra=dra_registered())
+    assert (evaluate.last["mode"], settled, done, findings) == ("dra", [], True, []), evaluate.last
+    assert int(evaluate.last["allocatable"]) == 8
+
+
+def test_a_dra_node_with_a_tainted_gpu_fails_in_the_doctors_words(tmp_path):
+    state = node_state(registered=[], sockets=())
+    _, _, findings = evaluate(tmp_path, dra_gpu(), state, dra_node(), extra=dra_registered(tainted=[3]))
+    assert checks(findings) == ["allocatable"], findings
+    assert findings[0]["message"].startswith(
+        "the ResourceSlice of gpu.gpuops.k8s for node gpuops-node-1 offers 7 of the 8 GPUs NVML lists "
+        "untainted"
+    )
+    assert int(evaluate.last["allocatable"]) == 7
+
+
+def test_a_dra_node_without_its_device_class_fails(tmp_path):
+    state = node_state(registered=[], sockets=())
+    extra = dra_registered()
+    extra["gpu_validation_device_classes"]["resources"] = []
+    _, _, findings = evaluate(tmp_path, dra_gpu(), state, dra_node(), extra=extra)
+    assert checks(findings) == ["dra"], findings

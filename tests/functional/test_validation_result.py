@@ -137,3 +137,92 @@ def test_a_lost_gpu_is_said_beside_the_doctors_findings(tmp_path):
         "then reset or replace it",
         "the plugin advertises ...",
     ], result
+
+
+# Mode dra: the test pod claims a GPU with a ResourceClaimTemplate; the claim's allocated
+# device's uuid attribute in the driver's slice is compared with the UUID the pod printed.
+DRIVER = "gpu.gpuops.k8s"
+
+
+def gpu_uuid(index):
+    return "GPU-%08d-1111-2222-3333-444444444444" % index
+
+
+def dra_result(tmp_path, *, printed, allocated, claim_read=True):
+    """A node in mode dra whose test pod printed PRINTED and whose claim was allocated gpu-ALLOCATED."""
+    devices = [{"name": "gpu-%d" % i, "attributes": {"uuid": {"string": gpu_uuid(i)}}} for i in range(8)]
+    slices = {
+        "api_found": True,
+        "resources": [
+            {
+                "spec": {
+                    "driver": DRIVER,
+                    "nodeName": "gpuops-node-1",
+                    "pool": {"name": "gpuops-node-1", "generation": 1},
+                    "devices": devices,
+                }
+            }
+        ],
+    }
+    allocation = {"devices": {"results": [{"driver": DRIVER, "pool": "gpuops-node-1", "device": allocated}]}}
+    claim = {"resources": [{"status": {"allocation": allocation}}] if claim_read else []}
+    running = {"resources": [{"status": {"phase": "Running"}}]}
+    extra = {
+        "gpu_validation_mode": "dra",
+        "gpu_validation_dra_driver": DRIVER,
+        "gpu_validation_gpu": {"gpu_count": 8, "lost_gpus": [], "nvml": {"available": True}},
+        "gpu_validation_found": 8,
+        "gpu_validation_expected": 8,
+        "gpu_validation_allocatable": 8,
+        "gpu_validation_pod_started": running,
+        "gpu_validation_pod": {
+            "resources": [
+                {
+                    "metadata": {"name": "gpuops-validate-gpuops-node-1"},
+                    "status": {
+                        "phase": "Succeeded",
+                        "containerStatuses": [{"state": {"terminated": {"exitCode": 0}}}],
+                    },
+                }
+            ]
+        },
+        "gpu_validation_log": {"log": "%s\nTest PASSED\n" % printed},
+        "gpu_validation_claim": claim,
+        "gpu_validation_slices": slices,
+        "gpu_validation_compare_devices": "auto",
+    }
+    exprs = {"result": template_expr("gpu_validation", "result.json.j2")}
+    rendered = resolve("gpuops-node-1,", [], exprs=exprs, extra=extra, tmp_path=tmp_path)
+    result = rendered["gpuops-node-1"]["result"]
+    return result if isinstance(result, dict) else json.loads(result)
+
+
+def test_dra_the_claimed_gpu_is_the_one_the_pod_saw(tmp_path):
+    result = dra_result(tmp_path, printed=gpu_uuid(5), allocated="gpu-5")
+    assert result["passed"], result
+    assert result["pod"]["devices"] == {"result": "match", "seen": [gpu_uuid(5)], "assigned": [gpu_uuid(5)]}
+    assert (result["mode"], result["driver"], result["allocatable"]) == ("dra", DRIVER, 8), result
+
+
+def test_dra_a_pod_that_saw_another_gpu_than_its_claims_fails_the_node(tmp_path):
+    result = dra_result(tmp_path, printed=gpu_uuid(5), allocated="gpu-2")
+    assert not result["passed"], result
+    assert result["reasons"] == [
+        "test pod default/gpuops-validate-gpuops-node-1 saw GPUs %s through NVML, but its ResourceClaim was "
+        "allocated %s (the uuid of its device in the gpu.gpuops.k8s ResourceSlice): not allocated %s: not "
+        "seen %s" % (gpu_uuid(5), gpu_uuid(2), gpu_uuid(5), gpu_uuid(2))
+    ], result
+
+
+def test_dra_a_claim_that_could_not_be_read_is_a_note_unless_required(tmp_path):
+    result = dra_result(tmp_path, printed=gpu_uuid(5), allocated="gpu-5", claim_read=False)
+    assert result["passed"], result
+    assert result["pod"]["devices"] == {
+        "result": "not compared",
+        "note": "the test pod's ResourceClaim could not be read",
+    }
+
+
+def test_a_device_plugin_nodes_result_says_no_mode(tmp_path):
+    result = node_result(tmp_path, log="Test PASSED\n")
+    assert "mode" not in result and "driver" not in result, result

@@ -1,0 +1,302 @@
+# Copyright (c) gpuops.k8s contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""_doctor.diagnose on a node our DRA driver serves (device_plugin_mode dra): its mode found
+from the record or the registration socket, and each DRA finding with its fix."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import pytest
+
+from ansible_collections.gpuops.k8s.plugins.module_utils import _doctor as doc
+from ansible_collections.gpuops.k8s.plugins.module_utils import _dra_view as view
+from ansible_collections.gpuops.k8s.tests.unit.plugins.module_utils.doctor_observations import (
+    RESOURCE,
+    SETTINGS,
+    gpu_info,
+    healthy,
+    state,
+    unit,
+    units,
+    uuid,
+)
+
+DRIVER = "gpu.gpuops.k8s"
+SOCKET = SETTINGS["dra_registration_socket"]
+RUNTIME = "/usr/bin/nvidia-container-runtime"
+
+
+def paths(socket="socket"):
+    found = {RUNTIME: {"exists": True, "type": "file", "executable": True}}
+    if socket is not None:
+        found[SOCKET] = {"exists": socket != "missing", "type": socket, "executable": False}
+    return found
+
+
+def device(index, taints=(), device_uuid=None):
+    return {
+        "name": "gpu-%d" % index,
+        "attributes": {"type": {"string": "gpu"}, "uuid": {"string": device_uuid or uuid(index)}},
+        "capacity": {"memory": {"value": "81559Mi"}},
+        **({"taints": list(taints)} if taints else {}),
+    }
+
+
+def slices(devices=None, node_name="gpu-01", generation=1):
+    """k8s_info of the driver's ResourceSlices: one slice of the node's pool."""
+    devices = [device(i) for i in range(4)] if devices is None else devices
+    return {
+        "api_found": True,
+        "resources": [
+            {
+                "metadata": {"name": "%s-%s-x7k2p" % (node_name, DRIVER)},
+                "spec": {
+                    "driver": DRIVER,
+                    "nodeName": node_name,
+                    "pool": {"name": node_name, "generation": generation, "resourceSliceCount": 1},
+                    "devices": devices,
+                },
+            }
+        ],
+    }
+
+
+def device_class(name, extended=None):
+    spec = {"selectors": [{"cel": {"expression": 'device.driver == "%s"' % DRIVER}}]}
+    if extended:
+        spec["extendedResourceName"] = extended
+    return {"metadata": {"name": name}, "spec": spec}
+
+
+def classes(*items):
+    if not items:
+        items = (device_class(DRIVER), device_class("nvidia-gpu." + DRIVER, RESOURCE))
+    return {"api_found": True, "resources": list(items)}
+
+
+def dra_node(mode="dra", socket="socket"):
+    """A healthy node of 4 GPUs served by our DRA driver: no device plugin socket, no checkpoint,
+    no nvidia.com/gpu in the Node's status."""
+    observed = healthy()
+    observed["gpu"] = gpu_info(mode=mode)
+    observed["node_state"] = state(
+        sockets=(),
+        checkpoint={"path": "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint", "exists": False},
+        paths=paths(socket),
+    )
+    status = observed["node"]["resources"][0]["status"]
+    for key in ("allocatable", "capacity"):
+        del status[key][RESOURCE]
+    observed["slices"] = slices()
+    observed["device_classes"] = classes()
+    return observed
+
+
+def diagnose(observed, **settings):
+    return doc.diagnose(observed, dict(SETTINGS, **settings))
+
+
+def only(findings):
+    assert len(findings) == 1, findings
+    return findings[0]
+
+
+def test_a_healthy_dra_node_has_no_findings():
+    assert diagnose(dra_node()) == []
+
+
+def test_a_node_without_a_record_is_dra_by_its_registration_socket():
+    observed = dra_node(mode=None)
+    observed["gpu"]["device_plugin"] = {"source": "none", "mode": None}
+    assert diagnose(observed) == []
+
+
+def test_the_device_plugin_findings_stay_on_a_device_plugin_node_without_the_socket():
+    # The same node, no record and no DRA socket: the device plugin's rules judge it.
+    observed = dra_node(socket=None)
+    observed["gpu"]["device_plugin"] = {"source": "none", "mode": None}
+    assert [f["check"] for f in diagnose(observed)] == ["plugin", "allocatable"]
+
+
+@pytest.mark.parametrize(
+    "gpu, node_state, mode",
+    [
+        ({"device_plugin": {"mode": "dra"}}, {}, view.DRA),
+        ({"device_plugin": {"mode": "gpuops"}}, {"paths": {SOCKET: {"type": "socket"}}}, view.DEVICE_PLUGIN),
+        ({"device_plugin": {"mode": None}}, {"paths": {SOCKET: {"type": "socket"}}}, view.DRA),
+        ({"device_plugin": {"mode": None}}, {"paths": {SOCKET: {"type": "missing"}}}, view.DEVICE_PLUGIN),
+        ({}, {}, view.DEVICE_PLUGIN),
+    ],
+)
+def test_the_mode_is_the_record_else_the_socket(gpu, node_state, mode):
+    assert view.serving_mode(gpu, node_state, SOCKET) == mode
+
+
+@pytest.mark.parametrize("socket, what", [("missing", "no"), ("file", "a file, not a")])
+def test_no_registration_socket(socket, what):
+    observed = dra_node(socket=socket)
+    assert only(diagnose(observed)) == {
+        "check": "plugin",
+        "severity": "fail",
+        "message": "the DRA driver gpu.gpuops.k8s serves %s registration socket %s: the kubelet cannot "
+        "prepare the node's ResourceClaims, so no pod gets its GPUs" % (what, SOCKET),
+        "fix": "systemctl status gpuops-device-plugin and journalctl -u gpuops-device-plugin say why the "
+        "daemon does not serve (its credentials, NVIDIA's CDI spec); start it, or run role device_plugin "
+        "(device_plugin_mode dra), which fails with its last warnings",
+    }
+
+
+def test_no_slice_published():
+    observed = dra_node()
+    observed["slices"] = slices(node_name="gpu-02")  # another node's only
+    found = only(diagnose(observed))
+    assert (found["check"], found["severity"]) == ("allocatable", "fail")
+    assert found["message"] == (
+        "the DRA driver gpu.gpuops.k8s publishes no ResourceSlice for node gpu-01: no claim can be "
+        "allocated its GPUs"
+    )
+    assert found["fix"].startswith("the daemon publishes its slice at start and again whenever the kubelet")
+
+
+def test_a_tainted_device_and_an_unpublished_gpu_are_named():
+    xid = {"key": "gpu.gpuops.k8s/xid", "value": "79", "effect": "NoSchedule"}
+    observed = dra_node()
+    observed["slices"] = slices([device(0), device(1, [xid]), device(2)])  # gpu-3 not published
+    found = only(diagnose(observed))
+    assert found["check"] == "allocatable"
+    assert found["message"] == (
+        "the ResourceSlice of gpu.gpuops.k8s for node gpu-01 offers 2 of the 4 GPUs NVML lists untainted: "
+        "tainted: gpu-1 (%s, gpu.gpuops.k8s/xid=79); not published: %s (GPU 3)" % (uuid(1), uuid(3))
+    )
+    assert found["fix"].startswith("the daemon taints a device it finds unhealthy (the key says why")
+
+
+def test_a_device_for_a_gpu_nvml_no_longer_lists():
+    observed = dra_node()
+    observed["gpu"] = gpu_info(range(3), mode="dra")
+    observed["node_state"]["devices"] = {
+        k: v for k, v in observed["node_state"]["devices"].items() if k != "nvidia3"
+    }
+    found = only(diagnose(observed))
+    assert found["message"] == (
+        "the ResourceSlice of gpu.gpuops.k8s offers GPUs that NVML no longer lists: gpu-3 (%s)" % uuid(3)
+    )
+
+
+def test_only_the_pools_newest_generation_counts():
+    observed = dra_node()
+    old = slices([device(i, [{"key": "gpu.gpuops.k8s/lost", "effect": "NoSchedule"}]) for i in range(4)])
+    observed["slices"]["resources"] += old["resources"]
+    observed["slices"]["resources"][1]["spec"]["pool"]["generation"] = 0
+    assert diagnose(observed) == []
+
+
+def test_a_stale_device_plugin_resource_in_the_nodes_status():
+    observed = dra_node()
+    status = observed["node"]["resources"][0]["status"]
+    status["capacity"][RESOURCE], status["allocatable"][RESOURCE] = "4", "0"
+    found = only(diagnose(observed))
+    assert found["message"] == (
+        "Node gpu-01 still lists nvidia.com/gpu from a device plugin (capacity 4, allocatable 0), though the "
+        "DRA driver gpu.gpuops.k8s serves its GPUs: the scheduler places nvidia.com/gpu pods by that count "
+        "and the kubelet may start them without a GPU"
+    )
+
+
+def test_dra_not_served_by_the_api_server():
+    observed = dra_node()
+    observed["device_classes"] = {"api_found": False, "resources": []}
+    found = only(diagnose(observed))
+    assert (found["check"], found["severity"]) == ("dra", "fail")
+    assert found["message"].startswith("the API server does not serve resource.k8s.io/v1 (DeviceClass)")
+
+
+def test_the_drivers_device_class_missing():
+    observed = dra_node()
+    observed["device_classes"] = classes(device_class("nvidia-gpu." + DRIVER, RESOURCE))
+    found = only(diagnose(observed))
+    assert found == {
+        "check": "dra",
+        "severity": "fail",
+        "message": "DeviceClass gpu.gpuops.k8s does not exist: claims for the driver's GPUs name it, and "
+        "none can be allocated",
+        "fix": "run role device_plugin (device_plugin_mode dra), which applies the driver's DeviceClasses",
+    }
+
+
+def test_the_extended_resource_class_missing_is_a_warning_only_where_wanted():
+    observed = dra_node()
+    observed["device_classes"] = classes(device_class(DRIVER))
+    found = only(diagnose(observed))
+    assert (found["check"], found["severity"]) == ("dra", "warn")
+    assert found["message"].startswith("DeviceClass nvidia-gpu.gpu.gpuops.k8s does not exist")
+    assert diagnose(observed, dra_extended_class="") == []
+
+
+def test_an_extended_resource_name_the_api_server_dropped_says_the_gate_is_off():
+    observed = dra_node()
+    observed["device_classes"] = classes(device_class(DRIVER), device_class("nvidia-gpu." + DRIVER))
+    found = only(diagnose(observed))
+    assert found["severity"] == "warn"
+    assert "its DRAExtendedResource feature gate is off" in found["message"]
+
+
+@pytest.mark.parametrize(
+    "kubelet, why",
+    [
+        (
+            {
+                "version": "v1.37.2",
+                "config": {"failCgroupV1": False, "featureGates": {"DynamicResourceAllocation": False}},
+            },
+            "its configuration (/var/lib/kubelet/config.yaml) sets the feature gate "
+            "DynamicResourceAllocation: false",
+        ),
+        (
+            {"version": "v1.33.4", "config": {"failCgroupV1": False}},
+            "it is v1.33.4, older than Kubernetes 1.34, where DRA's v1 API became GA",
+        ),
+    ],
+)
+def test_a_kubelet_that_cannot_serve_dra(kubelet, why):
+    observed = dra_node()
+    observed["kubelet"] = dict(observed["kubelet"], **kubelet)
+    found = only(diagnose(observed))
+    assert (found["check"], found["severity"]) == ("dra", "fail")
+    assert found["message"] == "the kubelet cannot prepare the DRA driver gpu.gpuops.k8s's claims: " + why
+
+
+def test_dra_checks_are_silent_on_a_device_plugin_node():
+    observed = healthy()
+    observed["slices"] = {"api_found": False, "resources": []}
+    observed["device_classes"] = {"api_found": False, "resources": []}
+    assert diagnose(observed) == []
+
+
+def test_the_daemons_unit_is_judged_in_mode_dra_with_what_its_stop_means():
+    observed = dra_node()
+    observed["node_state"]["systemd"] = units(**{"gpuops-device-plugin.service": unit("inactive", "dead")})
+    found = only(diagnose(observed))
+    assert found["message"] == (
+        "gpuops-device-plugin.service is inactive (dead): the DRA driver is down, so the kubelet cannot "
+        "prepare the node's ResourceClaims, so no new pod gets its GPUs"
+    )
+
+
+def test_every_dra_check_in_order_and_skipped():
+    observed = dra_node(socket="missing")
+    observed["slices"] = slices([])
+    observed["device_classes"] = classes()
+    observed["device_classes"]["resources"] = []
+    checks = [f["check"] for f in diagnose(observed)]
+    assert checks == ["plugin", "allocatable", "dra", "dra"]
+    assert [f["check"] for f in doc.diagnose(observed, SETTINGS, ["dra", "plugin"])] == ["allocatable"]
+
+
+def test_settings_default_to_our_driver_for_callers_that_give_none():
+    settings = {k: v for k, v in SETTINGS.items() if not k.startswith("dra_")}
+    observed = dra_node(socket="missing")
+    assert [f["check"] for f in doc.diagnose(observed, settings)] == ["plugin"]
