@@ -1331,6 +1331,22 @@ def move_to_dra(nodes, fleet):
     return devices
 
 
+def validated_through_dra(fleet):
+    """validate.yml on the DRA node: its test pod's claim got a GPU, NVML in the pod saw that
+    one; doctor.yml on it finds nothing failing (registration, slice against NVML, classes)."""
+    cdi = {"container_runtime_enable_cdi": True}
+    rc, result = validation_on(fleet, FAULTED, **cdi)
+    assert rc == 0 and result["passed"], result
+    assert (result["mode"], result["driver"], result["allocatable"]) == ("dra", DRA_DRIVER, 8), result
+    devices = result["pod"]["devices"]
+    assert devices["result"] == "match" and devices["seen"] == devices["assigned"], devices
+    assert len(devices["seen"]) == 1 and devices["seen"][0] in h100_uuids(), devices
+    rc, tasks = playbook_on("doctor.yml", [FAULTED], fleet, gpu_doctor_fail_on_findings=False, **cdi)
+    findings = dict(tasks)["gpuops.k8s.gpu_doctor : Diagnose the node"][FAULTED]["ansible_facts"]
+    failed = [f["message"] for f in findings["gpu_doctor_findings"] if f["severity"] == "fail"]
+    assert rc == 0 and failed == [], findings
+
+
 def restart_rounds(nodes):
     """The plugin and the kubelet restarted DRA_RESTARTS times each; the slice back each time."""
     for _round in range(DRA_RESTARTS):
@@ -1451,6 +1467,7 @@ def test_dra_serves_the_node_claims_and_unchanged_gpu_pods_through_restarts_and_
     claims; a lost GPU and an XID reach the pod's status and the slice, and both recover; the
     uninstall leaves nothing of the driver behind."""
     devices = move_to_dra(nodes, fleet)
+    validated_through_dra(fleet)
     pods = ["dra-80g", "dra-unchanged", "dra-200g", "dra-after"]
     sharing = ["dra-shared-a", "dra-shared-b", "dra-half-a", "dra-half-b"]
     templates = [
