@@ -36,8 +36,9 @@ NODE_MODULES = {
 }
 # _doctor (and its rooms _doctor_*): the doctor_findings filter's diagnosis, run by the
 # controller; _kubelet and _node_state too, which it reads with (kubelet_info and
-# node_state_info also take them to the node: the stricter side checks them).
-CONTROLLER_UTILS_PREFIXES = ("_node_labels", "_node_api", "_doctor", "_kubelet", "_node_state")
+# node_state_info also take them to the node: the stricter side checks them); _dra_view,
+# the DRA filters' and the doctor's reading of slices and claims.
+CONTROLLER_UTILS_PREFIXES = ("_node_labels", "_node_api", "_doctor", "_kubelet", "_node_state", "_dra_view")
 NODE_UTILS_PREFIXES = (
     "_gpu_facts",
     "_gpu_info",

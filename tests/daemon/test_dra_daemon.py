@@ -18,6 +18,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 
 import pytest
 from dp_harness import H100_UUIDS, Daemon, build_mock, short_tempdir
@@ -272,13 +273,18 @@ def test_a_device_plugins_leftover_extended_resource_leaves_the_nodes_status(nod
 
 def test_a_registered_device_plugin_keeps_its_resource_in_the_nodes_status(node, lib_dir):
     node.api.set_status_resources({"cpu": "2", "nvidia.com/gpu": "8"})
-    # What a device plugin leaves while it serves: its socket beside the kubelet's.
-    open(os.path.join(node.device_plugin_dir, "nvidia-gpu.sock"), "w").close()
-    node.start(lib_dir)
-    node.our_slices()
-    versions = node.api.versions()
-    wait_for(lambda: node.api.versions() == versions and node.daemons[0].text().count("ResourceSlices") >= 1)
-    assert node.api.status_resources()[0]["nvidia.com/gpu"] == "8"
+    # A device plugin serving beside the kubelet: its socket accepts connections (a file
+    # of that name alone is what a killed plugin leaves, and does not count).
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as serving:
+        serving.bind(os.path.join(node.device_plugin_dir, "nvidia-gpu.sock"))
+        serving.listen()
+        node.start(lib_dir)
+        node.our_slices()
+        versions = node.api.versions()
+        wait_for(
+            lambda: node.api.versions() == versions and node.daemons[0].text().count("ResourceSlices") >= 1
+        )
+        assert node.api.status_resources()[0]["nvidia.com/gpu"] == "8"
 
 
 def test_prepared_claims_survive_a_restart_of_the_daemon(node, lib_dir):

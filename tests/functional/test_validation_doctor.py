@@ -253,7 +253,9 @@ def test_a_dra_node_whose_slice_offers_every_gpu_passes_with_no_nvidia_gpu_in_it
 
 def test_a_dra_node_with_a_tainted_gpu_fails_in_the_doctors_words(tmp_path):
     state = node_state(registered=[], sockets=())
-    _, _, findings = evaluate(tmp_path, dra_gpu(), state, dra_node(), extra=dra_registered(tainted=[3]))
+    _settled, _done, findings = evaluate(
+        tmp_path, dra_gpu(), state, dra_node(), extra=dra_registered(tainted=[3])
+    )
     assert checks(findings) == ["allocatable"], findings
     assert findings[0]["message"].startswith(
         "the ResourceSlice of gpu.gpuops.k8s for node gpuops-node-1 offers 7 of the 8 GPUs NVML lists "
@@ -266,5 +268,5 @@ def test_a_dra_node_without_its_device_class_fails(tmp_path):
     state = node_state(registered=[], sockets=())
     extra = dra_registered()
     extra["gpu_validation_device_classes"]["resources"] = []
-    _, _, findings = evaluate(tmp_path, dra_gpu(), state, dra_node(), extra=extra)
+    _settled, _done, findings = evaluate(tmp_path, dra_gpu(), state, dra_node(), extra=extra)
     assert checks(findings) == ["dra"], findings
