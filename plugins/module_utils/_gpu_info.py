@@ -61,7 +61,9 @@ def device_plugin(params):
     record, source = params["device_plugin"], "option"
     try:
         if record is None:
-            record, source = plugin_config.read_record(params["device_plugin_record"]), "record"
+            # Named first: a record that cannot be read is the record's fault, not the option's.
+            source = "record"
+            record = plugin_config.read_record(params["device_plugin_record"])
         if record is None:
             return "none", None, plugin_config.Config()
         config = plugin_config.served(record)  # checks that record is a mapping

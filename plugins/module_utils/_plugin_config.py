@@ -602,4 +602,7 @@ def read_record(path=RECORD_PATH):
     except OSError as error:
         raise ConfigError(f"{path}: cannot be read: {error.strerror}") from None
     except ValueError as error:
-        raise ConfigError(f"{path}: not valid JSON: {error}") from None
+        raise ConfigError(
+            f"{path}: not valid JSON: {error}; the device_plugin role writes this record: run it "
+            "again on the node to rewrite it"
+        ) from None

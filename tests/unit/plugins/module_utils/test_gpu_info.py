@@ -56,6 +56,12 @@ def test_gpu_info_names_where_a_bad_configuration_came_from(tmp_path):
         gpu_info.device_plugin(params(tmp_path, record={"mode": "x"}))
     with pytest.raises(pc.ConfigError, match=r"\(option device_plugin\): device_plugin\.config: version"):
         gpu_info.device_plugin(params(tmp_path, option={"mode": "gpuops", "config": {"version": "v2"}}))
+    # A record that is not JSON at all: the record is named, with what rewrites it.
+    (tmp_path / "served.json").write_text("{not json")
+    with pytest.raises(
+        pc.ConfigError, match=r"\(.*served\.json\): .*not valid JSON.*run it again on the node"
+    ):
+        gpu_info.device_plugin(params(tmp_path))
 
 
 class Module:
