@@ -26,6 +26,9 @@ description:
   - The kubelet's device plugin directory, with the plugins' sockets and the devices the
     kubelet's checkpoint has registered (those it holds healthy), parsed.
   - A stat of each path in O(paths) (for example the NVIDIA container runtime binary).
+  - Where O(container_runtime_version) is given, whether the node's container runtime injects
+    CDI devices (RV(runtime_cdi)), as DRA needs. For containerd 1.7 and newer this reads
+    containerd's effective configuration with C(containerd config dump).
 author:
   - gpuops.k8s maintainers (@gpuops)
 extends_documentation_fragment:
@@ -57,6 +60,18 @@ options:
     description: Where the device nodes are.
     type: path
     default: /dev
+  container_runtime_version:
+    description:
+      - The node's container runtime as its Node reports it (C(status.nodeInfo.containerRuntimeVersion),
+        for example V(containerd://1.7.24) or V(cri-o://1.30.4)). Given, RV(runtime_cdi) says
+        whether that runtime injects CDI devices; an empty string is a Node that reports none.
+    type: str
+  planned_enable_cdi:
+    description:
+      - The C(enable_cdi) the C(container_runtime) role applies to containerd in this run, taken
+        for containerd's setting instead of the one it dumps. For check mode, where that role's
+        change is not applied yet; unset, the setting as C(containerd config dump) prints it.
+    type: bool
 notes:
   - Reading the kubelet's checkpoint needs root.
 seealso:
@@ -176,11 +191,31 @@ paths:
   returned: always
   type: dict
   sample: {/usr/bin/nvidia-container-runtime: {exists: true, type: file, executable: true}}
+runtime_cdi:
+  description:
+    - Whether the container runtime of O(container_runtime_version) injects CDI devices; null
+      where that option is not given. C(msg) is null where it does, else why not and what is
+      valid (containerd 1.6 has no CDI; containerd 1.7 only with C(enable_cdi) in its CRI plugin;
+      containerd 2 unless turned off; CRI-O from 1.23). A runtime not named here is not trusted.
+  returned: always
+  type: dict
+  sample:
+    runtime: containerd
+    version: 1.7.24
+    cdi: false
+    setting: plugins."io.containerd.grpc.v1.cri".enable_cdi
+    planned: null
+    msg: >-
+      containerd 1.7.24 has CDI off: plugins."io.containerd.grpc.v1.cri".enable_cdi = false
+      (containerd's default). Turn it on with container_runtime_enable_cdi: true in this collection's
+      container_runtime role. DRA needs containerd 1.7 with enable_cdi = true, containerd 2.0 or
+      newer (CDI on unless turned off), or CRI-O 1.23+
 """
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.k8s.plugins.module_utils import _node_state as node_state
+from ansible_collections.gpuops.k8s.plugins.module_utils import _runtime_cdi as runtime_cdi
 
 
 def read_units(module, units):
@@ -206,6 +241,22 @@ def read_units(module, units):
     return result
 
 
+def read_runtime_cdi(module, runtime_version, planned):
+    """The runtime_cdi part of the result: containerd's configuration dumped where it decides."""
+    if runtime_version is None:
+        return None
+    text = error = None
+    if runtime_cdi.needs_config(runtime_version):
+        containerd = module.get_bin_path("containerd")
+        if not containerd:
+            error = "no containerd binary on this node's PATH"
+        else:
+            rc, text, err = module.run_command([containerd, "config", "dump"], environ_update={"LC_ALL": "C"})
+            if rc != 0:
+                error = "containerd config dump failed (rc %d): %s" % (rc, err.strip())
+    return runtime_cdi.verdict(runtime_version, text, error, planned)
+
+
 def gather(module):
     params = module.params
     # Once each, in the order given: the result is keyed by unit.
@@ -217,6 +268,9 @@ def gather(module):
         "systemd": read_units(module, units),
         "device_plugins": node_state.read_device_plugins(params["plugin_dir"]),
         "paths": node_state.read_paths(params["paths"]),
+        "runtime_cdi": read_runtime_cdi(
+            module, params["container_runtime_version"], params["planned_enable_cdi"]
+        ),
     }
 
 
@@ -227,6 +281,8 @@ def main():
             plugin_dir=dict(type="path", default="/var/lib/kubelet/device-plugins"),
             paths=dict(type="list", elements="path", default=[]),
             dev_dir=dict(type="path", default="/dev"),
+            container_runtime_version=dict(type="str"),
+            planned_enable_cdi=dict(type="bool"),
         ),
         supports_check_mode=True,
     )

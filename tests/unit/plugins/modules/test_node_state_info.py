@@ -14,6 +14,7 @@ import pytest
 from ansible_collections.gpuops.k8s.plugins.module_utils import _node_state as ns
 from ansible_collections.gpuops.k8s.plugins.modules import node_state_info
 from ansible_collections.gpuops.k8s.tests.unit.plugins.module_utils.test_node_state import SHOW, UNITS
+from ansible_collections.gpuops.k8s.tests.unit.plugins.module_utils.test_runtime_cdi import DUMP_17
 
 
 class FakeModule:
@@ -81,3 +82,63 @@ def test_no_systemd_runs_nothing(monkeypatch):
         "units": {},
     }
     assert module.calls == []
+
+
+class FakeContainerd:
+    """What read_runtime_cdi asks of AnsibleModule: containerd's path, and its config dump."""
+
+    def __init__(self, out="", rc=0, err="", containerd="/usr/bin/containerd"):
+        self.answer = (rc, out, err)
+        self.containerd = containerd
+        self.calls = []
+
+    def get_bin_path(self, name):
+        assert name == "containerd"
+        return self.containerd
+
+    def run_command(self, argv, environ_update=None):
+        self.calls.append((argv, environ_update))
+        return self.answer
+
+
+def test_runtime_cdi_is_not_read_unless_asked():
+    module = FakeContainerd()
+    assert node_state_info.read_runtime_cdi(module, None, None) is None
+    assert module.calls == []
+
+
+def test_containerd_17s_cdi_is_read_from_its_config_dump():
+    module = FakeContainerd(out=DUMP_17 % "true")
+    found = node_state_info.read_runtime_cdi(module, "containerd://1.7.24", None)
+    assert (found["cdi"], found["msg"]) == (True, None)
+    assert module.calls == [(["/usr/bin/containerd", "config", "dump"], {"LC_ALL": "C"})]
+
+
+@pytest.mark.parametrize("version", ["containerd://1.6.20~ds1", "cri-o://1.30.4", ""])
+def test_no_config_dump_where_the_version_decides(version):
+    module = FakeContainerd()
+    node_state_info.read_runtime_cdi(module, version, None)
+    assert module.calls == []
+
+
+@pytest.mark.parametrize(
+    "module, error",
+    [
+        (
+            FakeContainerd(rc=1, err="permission denied\n"),
+            "containerd config dump failed (rc 1): permission denied",
+        ),
+        (FakeContainerd(containerd=None), "no containerd binary on this node's PATH"),
+    ],
+    ids=["fails", "no-binary"],
+)
+def test_a_config_dump_that_fails_is_a_refusal_that_says_why(module, error):
+    found = node_state_info.read_runtime_cdi(module, "containerd://1.7.24", None)
+    assert found["cdi"] is False and "(%s)" % error in found["msg"], found["msg"]
+
+
+def test_the_planned_setting_reaches_the_verdict():
+    """Check mode: containerd dumps enable_cdi = false, the container_runtime role sets it true."""
+    module = FakeContainerd(out=DUMP_17 % "false")
+    found = node_state_info.read_runtime_cdi(module, "containerd://1.7.24", True)
+    assert (found["cdi"], found["planned"], found["msg"]) == (True, True, None)
