@@ -245,3 +245,14 @@ def lab_node_baseline(lab):
 def mock_lib():
     """NVIDIA's mock NVML library's directory (lab/mocknvml/build.sh)."""
     return build_mock()
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Each lab-node playbook run's wall time, in order: where the lab lane's minutes go."""
+    lab_nodes = sys.modules.get("test_lab_nodes")
+    times = getattr(lab_nodes, "PLAYBOOK_TIMES", [])
+    if times:
+        terminalreporter.section("lab node playbook runs (wall seconds; side by side ones overlap)")
+        for run, seconds in times:
+            terminalreporter.write_line("%7.1f  %s" % (seconds, run))
+        terminalreporter.write_line("%7.1f  in all, %d runs" % (sum(s for _r, s in times), len(times)))

@@ -6,6 +6,7 @@ kubelet join the lab's control plane, reached over SSH as a non-root user with b
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import re
@@ -236,6 +237,19 @@ def test_up_again_keeps_the_running_nodes(nodes):
 H100 = ROOT / "lab" / "profiles" / "h100-8x-nvswitch.yaml"
 
 
+# Each playbook run's wall time: conftest's terminal summary prints them (where the lab
+# lane's minutes go).
+PLAYBOOK_TIMES = []
+
+
+def concurrently(*calls):
+    """Run each (function, args, kwargs) in its own thread: their results, in order. The lab
+    runs read-only playbooks side by side: each waits mostly on its nodes and SSH."""
+    with concurrent.futures.ThreadPoolExecutor(len(calls)) as pool:
+        futures = [pool.submit(function, *args, **kwargs) for function, args, kwargs in calls]
+        return [future.result() for future in futures]
+
+
 def playbook_changes(
     playbook, extra_vars, fleet, *more_inventories, check=False, venv_bin=VENV_BIN, hosts=tuple(EXPECTED)
 ):
@@ -251,7 +265,15 @@ def playbook_changes(
         ",".join(hosts),
         *(("--check", "--diff") if check else ()),
     )
+    started = time.monotonic()
     proc, plays = run_ansible("ansible-playbook", *args, timeout=900, venv_bin=venv_bin)
+    line = "" if venv_bin == VENV_BIN else " (oldest line)"
+    PLAYBOOK_TIMES.append(
+        (
+            "%s%s%s on %s" % (Path(playbook).name, " --check" if check else "", line, ",".join(hosts)),
+            time.monotonic() - started,
+        )
+    )
     changed = {name: [] for name in hosts}
     failed = {}
     for play in plays:
@@ -301,13 +323,19 @@ def gpu_nodes(nodes, fleet, oldest_line_bin):
     Check mode on the fresh nodes and a run on the converged ones also on the oldest
     ansible-core line."""
     extra_vars = {"lab_docker_nodes": [DOCKER_NODE], "lab_daemon_nodes": CONTAINERD_NODES}
-    predicted = playbook_changes(GPU_PLAYBOOK, extra_vars, fleet, check=True)
+    run = (GPU_PLAYBOOK, extra_vars, fleet)
     oldest = {"venv_bin": oldest_line_bin, "hosts": OLDEST_LINE_NODES}
-    predicted_oldest = playbook_changes(GPU_PLAYBOOK, extra_vars, fleet, check=True, **oldest)
-    first = playbook_changes(GPU_PLAYBOOK, extra_vars, fleet)
-    second = playbook_changes(GPU_PLAYBOOK, extra_vars, fleet)
-    converged_check = playbook_changes(GPU_PLAYBOOK, extra_vars, fleet, check=True)
-    second_oldest = playbook_changes(GPU_PLAYBOOK, extra_vars, fleet, **oldest)
+    # The two lines' check runs side by side on the fresh nodes (check mode changes
+    # nothing), and on the converged nodes the dev line's check run beside the oldest
+    # line's real one (which must change nothing: if it did, its test fails either way).
+    predicted, predicted_oldest = concurrently(
+        (playbook_changes, run, {"check": True}), (playbook_changes, run, {"check": True, **oldest})
+    )
+    first = playbook_changes(*run)
+    second = playbook_changes(*run)
+    converged_check, second_oldest = concurrently(
+        (playbook_changes, run, {"check": True}), (playbook_changes, run, oldest)
+    )
     # Only what is not there: cluster_addons owns the nvidia one where a test made it.
     made = [
         rc
@@ -1331,20 +1359,43 @@ def move_to_dra(nodes, fleet):
     return devices
 
 
+CDI_REFUSAL_TASK = (
+    "gpuops.k8s.device_plugin : Refuse a node whose container runtime does not inject CDI devices"
+)
+
+
+def refused_without_cdi(fleet):
+    """Mode dra on node 1, whose containerd 1.6 injects no CDI devices: site.yml's device
+    plugin phase fails there before it changes anything, naming the runtime and what would
+    serve."""
+    rc, tasks = playbook_on("site.yml", [DAEMON_NODE], fleet, tags="device_plugin", device_plugin_mode="dra")
+    changed = [name for name, hosts in tasks if hosts.get(DAEMON_NODE, {}).get("changed")]
+    failed = [(name, hosts[DAEMON_NODE]) for name, hosts in tasks if hosts.get(DAEMON_NODE, {}).get("failed")]
+    assert rc != 0 and changed == [], (rc, changed)
+    assert [name for name, _result in failed] == [CDI_REFUSAL_TASK], failed
+    message = failed[0][1]["msg"]
+    assert "containerd 1.6." in message and "has no CDI support" in message, message
+    assert "containerd 1.7 with enable_cdi = true" in message, message
+
+
 def validated_through_dra(fleet):
     """validate.yml on the DRA node: its test pod's claim got a GPU, NVML in the pod saw that
     one; doctor.yml on it finds nothing failing (registration, slice against NVML, classes)."""
     cdi = {"container_runtime_enable_cdi": True}
-    rc, result = validation_on(fleet, FAULTED, **cdi)
+    # Side by side: the doctor reads the node, its slice and the classes, none of which the
+    # validation's claim and pod change.
+    (rc, result), (doctor_rc, tasks) = concurrently(
+        (validation_on, (fleet, FAULTED), cdi),
+        (playbook_on, ("doctor.yml", [FAULTED], fleet), {"gpu_doctor_fail_on_findings": False, **cdi}),
+    )
     assert rc == 0 and result["passed"], result
     assert (result["mode"], result["driver"], result["allocatable"]) == ("dra", DRA_DRIVER, 8), result
     devices = result["pod"]["devices"]
     assert devices["result"] == "match" and devices["seen"] == devices["assigned"], devices
     assert len(devices["seen"]) == 1 and devices["seen"][0] in h100_uuids(), devices
-    rc, tasks = playbook_on("doctor.yml", [FAULTED], fleet, gpu_doctor_fail_on_findings=False, **cdi)
     findings = dict(tasks)["gpuops.k8s.gpu_doctor : Diagnose the node"][FAULTED]["ansible_facts"]
     failed = [f["message"] for f in findings["gpu_doctor_findings"] if f["severity"] == "fail"]
-    assert rc == 0 and failed == [], findings
+    assert doctor_rc == 0 and failed == [], findings
 
 
 def restart_rounds(nodes):
@@ -1465,7 +1516,8 @@ def test_dra_serves_the_node_claims_and_unchanged_gpu_pods_through_restarts_and_
     asking for 200 GiB stays pending with the scheduler's reason; a shared claim's pods and
     two half-memory claims each share one GPU; kubelet and plugin restarts keep prepared
     claims; a lost GPU and an XID reach the pod's status and the slice, and both recover; the
-    uninstall leaves nothing of the driver behind."""
+    uninstall leaves nothing of the driver behind; node 1's containerd 1.6 is refused."""
+    refused_without_cdi(fleet)
     devices = move_to_dra(nodes, fleet)
     validated_through_dra(fleet)
     pods = ["dra-80g", "dra-unchanged", "dra-200g", "dra-after"]
