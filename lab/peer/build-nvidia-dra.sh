@@ -151,7 +151,7 @@ elif go_download "$NVFM_MODULE@$nvfm_version" >/dev/null; then
 else
     nvfm_error=$(go_download_error)
     log "the proxy refused $NVFM_MODULE@$nvfm_version ($nvfm_error)"
-    [[ -f $NVFM_DIR/go.mod ]] || unavailable "$nvfm_error. The build needs $NVFM_MODULE@$nvfm_version (required by ${MODULE}@${VERSION}, used only by its alpha FabricManagerPartitioning code); instead it can use NVIDIA's go-nvfm source at commit $NVFM_COMMIT: run \`git clone https://github.com/NVIDIA/go-nvfm && mkdir -p $NVFM_DIR && git -C go-nvfm archive $NVFM_COMMIT | tar -x -C $NVFM_DIR\`, or set NVIDIA_DRA_NVFM_DIR to a directory holding that tree (set NVIDIA_DRA_NVFM_COMMIT and NVIDIA_DRA_NVFM_H1 for another commit)"
+    [[ -f $NVFM_DIR/go.mod ]] || unavailable "$nvfm_error (the build needs $NVFM_MODULE@$nvfm_version (required by ${MODULE}@${VERSION}, used only by its alpha FabricManagerPartitioning code); instead it can use NVIDIA's go-nvfm source at commit $NVFM_COMMIT: run \`git clone https://github.com/NVIDIA/go-nvfm && mkdir -p $NVFM_DIR && git -C go-nvfm archive $NVFM_COMMIT | tar -x -C $NVFM_DIR\`, or set NVIDIA_DRA_NVFM_DIR to a directory holding that tree (set NVIDIA_DRA_NVFM_COMMIT and NVIDIA_DRA_NVFM_H1 for another commit))"
     nvfm_h1=$(h1_tree "$NVFM_DIR" "$NVFM_MODULE@$nvfm_version")
     [[ $nvfm_h1 == "$NVFM_H1" ]] ||
         broken "$NVFM_DIR has module hash $nvfm_h1, but the pin for go-nvfm commit $NVFM_COMMIT is $NVFM_H1: refusing to build from it"
