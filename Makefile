@@ -112,6 +112,11 @@ lab-images: lab-deps  ## Build the lab node images (cached)
 lab-toolkit: lab-deps  ## Build the NVIDIA Container Toolkit from its Go source into a signed apt repository (cached)
 	@bash lab/toolkit/build.sh >/dev/null
 
+.PHONY: lab-nvidia-dra
+lab-nvidia-dra: lab-deps  ## NVIDIA's DRA driver for GPUs from its Go source, its node image archive and helm (cached; not in site or test)
+	@bash lab/kube/helm.sh >/dev/null
+	@bash lab/kube/nvidia-dra-image.sh
+
 .PHONY: molecule
 molecule: venv lab-images lab-toolkit  ## molecule test for every scenario in extensions/molecule
 	cd extensions && for s in $(MOLECULE_SCENARIOS); do \
