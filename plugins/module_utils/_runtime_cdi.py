@@ -19,13 +19,14 @@ __metaclass__ = type
 
 import re
 
+from ._runtime.containerd import CRI_PLUGIN
 from ._runtime.errors import RuntimeConfigError
 from ._runtime.toml_text import read_toml
 
-# containerd 1.7's CRI plugin (config versions 2 and 1 as containerd dumps them), and 2.x's
-# CRI runtime plugin: where enable_cdi is, and its default there.
-CRI_17 = "io.containerd.grpc.v1.cri"
-CRI_2 = "io.containerd.cri.v1.runtime"
+# Where enable_cdi is in what containerd dumps: 1.7's CRI plugin (its config version 2) and
+# 2.x's CRI runtime plugin (version 3), the tables the container_runtime role writes it in.
+CRI_17 = CRI_PLUGIN[2]
+CRI_2 = CRI_PLUGIN[3]
 CRIO_CDI = (1, 23)
 VALID = (
     "containerd 1.7 with enable_cdi = true, containerd 2.0 or newer (CDI on unless turned off), "
