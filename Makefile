@@ -37,7 +37,7 @@ site: lab-nodes  ## Run the main job (playbooks/site.yml) on the lab's Kubernete
 	ansible-playbook -i inventories/lab -i /var/lib/gpuops-lab/nodes/hosts.yml playbooks/site.yml
 
 .PHONY: test
-test: venv lab-deps sanity-deps lab-images lab-toolkit lab-cluster-deps  ## Run every gate and test suite (what CI runs)
+test: venv lab-deps sanity-deps lab-images lab-toolkit lab-cluster-deps lab-nvidia-dra  ## Run every gate and test suite (what CI runs)
 	@# Three lanes from the start: the lab cluster's tests at full priority, and molecule and
 	@# the other gates at nice 19 (molecule's nodes with the least CPU weight), so they use
 	@# the CPU the lab leaves idle while it waits on kubelets and pods, and never its time.
@@ -113,7 +113,7 @@ lab-toolkit: lab-deps  ## Build the NVIDIA Container Toolkit from its Go source 
 	@bash lab/toolkit/build.sh >/dev/null
 
 .PHONY: lab-nvidia-dra
-lab-nvidia-dra: lab-deps  ## NVIDIA's DRA driver for GPUs from its Go source, its node image archive and helm (cached; not in site or test)
+lab-nvidia-dra: lab-deps  ## NVIDIA's DRA driver for GPUs from its Go source, its node image archive and helm (cached; make test's DRA test serves a node with it)
 	@bash lab/kube/helm.sh >/dev/null
 	@bash lab/kube/nvidia-dra-image.sh
 

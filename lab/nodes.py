@@ -7,6 +7,7 @@ SSH as a non-root user with sudo, the way a real fleet is.
 
     python lab/nodes.py up [--count N]   # default 2 (or $LAB_NODES); needs `lab/cluster.py up`
     python lab/nodes.py status
+    python lab/nodes.py nvidia-dra NODE  # NVIDIA's DRA driver's image into NODE's containerd
     python lab/nodes.py down
 
 Node i is gpuops-node-<i> at 10.252.1.<10+i> on the podman network NETWORK: odd nodes
@@ -27,6 +28,7 @@ node_join, mirror), beside the host's that lab/cluster.py runs.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -44,6 +46,7 @@ from lablib.node_containers import (
     ensure_inotify_limits,
     ensure_network,
     existing_nodes,
+    node_exec,
     planned,
     podman,
     remove,
@@ -115,6 +118,29 @@ def status(_args):
     print("%-16s %-9s %-14s %s" % ("mirror", "-", MIRROR_URL.split("//")[1], served))
 
 
+def nvidia_dra(args):
+    """NVIDIA's DRA driver for a node, as no registry can serve it here: its image (built from
+    its source, lab/kube/nvidia-dra-image.sh) imported into the node's containerd, and what
+    device_plugin_mode nvidia_dra then installs it with, as JSON: the release's chart
+    directory and the lab's helm."""
+    require_root()
+    found = [node for node in existing_nodes() if node.name == args.node]
+    if not found:
+        raise LabError("no lab node %s is running (lab/nodes.py status)" % args.node)
+    node = found[0]
+    image, archive = script_output(LAB / "kube" / "nvidia-dra-image.sh")[-1].split()
+    chart = script_output(LAB / "peer" / "build-nvidia-dra.sh")[-1] + "/chart"
+    helm = script_output(LAB / "kube" / "helm.sh")[-1] + "/helm"
+    if image not in node_exec(node, "ctr -n k8s.io images ls -q").stdout.split():
+        started = time.monotonic()
+        inside = "/var/lib/gpuops-lab-images/nvidia-dra.tar"
+        podman("cp", archive, "%s:%s" % (node.name, inside))
+        # As lab/lablib/node_join.py imports the lab's images: the archive's tag names it.
+        node_exec(node, "ctr -n k8s.io images import %s >/dev/null; rm -f %s" % (inside, inside))
+        log("%s: imported %s in %.1f s" % (node.name, image, time.monotonic() - started))
+    print(json.dumps({"image": image, "chart": chart, "helm": helm}))
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -125,6 +151,9 @@ def main(argv=None):
         func=down
     )
     sub.add_parser("status", help="each node and whether it is Ready").set_defaults(func=status)
+    p_dra = sub.add_parser("nvidia-dra", help="NVIDIA's DRA driver's image into NODE's containerd")
+    p_dra.add_argument("node")
+    p_dra.set_defaults(func=nvidia_dra)
     args = parser.parse_args(argv)
     try:
         args.func(args)

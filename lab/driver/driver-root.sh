@@ -6,6 +6,7 @@
 #
 #   ROOT/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.<driver>  NVIDIA's mock NVML (+ .so.1)
 #   ROOT/usr/lib/x86_64-linux-gnu/libcuda.so.<driver>       NVIDIA's mock CUDA (+ .so.1)
+#   ROOT/usr/bin/nvidia-smi                                  NVIDIA's own (lab/driver/nvidia-smi.sh)
 #   ROOT/usr/share/gpuops-lab-driver/profile.yaml           PROFILE, the GPUs they report
 #   ROOT/usr/config/config.yaml -> ../share/gpuops-lab-driver/profile.yaml
 #       where NVIDIA's mock looks for its profile when MOCK_NVML_CONFIG is unset (two
@@ -17,8 +18,9 @@
 # <driver> is the profile's system.driver_version, N its number of devices. The device
 # nodes need root (mknod); --no-devices leaves them out (a package build, whose postinst
 # makes them on the node: lab/driver/build-repo.sh). Nothing here is NVIDIA's driver: the
-# libraries are NVIDIA's mocks (lab/mocknvml/build.sh) and no kernel module backs the
-# nodes, so opening one fails as on a node whose module did not load.
+# libraries are NVIDIA's mocks (lab/mocknvml/build.sh), nvidia-smi is NVIDIA's binary over
+# them, and no kernel module backs the nodes, so opening one fails as on a node whose
+# module did not load.
 set -euo pipefail
 root=${1:?usage: driver-root.sh ROOT PROFILE [--no-devices]}
 profile=${2:?usage: driver-root.sh ROOT PROFILE [--no-devices]}
@@ -48,6 +50,10 @@ for name in libnvidia-ml libcuda; do
     cp "$(readlink -f "$mock/$name.so.1")" "$lib/$name.so.$version"
     ln -sfn "$name.so.$version" "$lib/$name.so.1"
 done
+# NVIDIA's nvidia-smi (Debian's package of it), where a driver puts it: NVIDIA's DRA driver
+# checks the driver root with it; here it reads the mock NVML above.
+smi=$(bash "$repo/lab/driver/nvidia-smi.sh")
+install -D -m 0755 "$smi" "$root/usr/bin/nvidia-smi"
 cp "$profile" "$root/usr/share/gpuops-lab-driver/profile.yaml"
 mkdir -p "$root/usr/config"
 ln -sfn ../share/gpuops-lab-driver/profile.yaml "$root/usr/config/config.yaml"

@@ -9,10 +9,10 @@
 #     (bookworm: bash, coreutils, findutils, mount and sed, which the chart's commands
 #     use), not on distroless/cc:debug. Binaries from lab/peer/build-nvidia-dra.sh; the
 #     compute-domain commands and the webhook are not in it (see that script).
-# Separate from images.sh on purpose: the driver takes minutes to build cold, and nothing
-# in make site or make test needs it yet (device_plugin_mode nvidia_dra is to come).
+# Separate from images.sh on purpose: the driver takes minutes to build cold, and only make
+# test's DRA test needs it (device_plugin_mode nvidia_dra on one lab node), not make site.
 # Prints "NAME ARCHIVE" (a docker-archive tarball for `ctr -n k8s.io images import`); it
-# imports nothing into any node. Cached under $GPUOPS_LAB_CACHE (default
+# imports nothing into any node (`lab/nodes.py nvidia-dra NODE` does). Cached under $GPUOPS_LAB_CACHE (default
 # ~/.cache/gpuops-lab), keyed by the driver's version and this script: delete the
 # directory to rebuild. Exits 3 (with build-nvidia-dra.sh's message) when the driver
 # cannot be built here.

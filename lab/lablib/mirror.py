@@ -52,7 +52,13 @@ def made_for(directory, wanted):
 
 def driver_repo_stamp():
     digest = hashlib.sha256(" ".join(DRIVER_VERSIONS).encode())
-    for part in ("driver/build-repo.sh", "driver/driver-root.sh", "profiles/h100-8x-nvswitch.yaml"):
+    parts = (
+        "driver/build-repo.sh",
+        "driver/driver-root.sh",
+        "driver/nvidia-smi.sh",
+        "profiles/h100-8x-nvswitch.yaml",
+    )
+    for part in parts:
         digest.update((LAB / part).read_bytes())
     digest.update(script_output(LAB / "mocknvml" / "build.sh")[-1].encode())
     return digest.hexdigest()[:16]

@@ -7,13 +7,14 @@ user, and the Ansible inventory of the nodes."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import shutil
 import tempfile
 from pathlib import Path
 
 from .host_node import kubelet_configuration
-from .layout import API_PORT, PAUSE_IMAGE, PKI
+from .layout import API_PORT, PAUSE_IMAGE, PKI, SERVICE_CIDR
 from .mirror import MIRROR_URL, air_gap
 from .node_containers import (
     ADMIN_USER,
@@ -66,11 +67,34 @@ def cni_config(node):
                 "bridge": "cni0",
                 "isGateway": True,
                 "ipMasq": False,
-                "ipam": {"type": "host-local", "ranges": [[{"subnet": node.pod_subnet}]]},
+                # Service addresses through the node (service_routing), nothing else.
+                "ipam": {
+                    "type": "host-local",
+                    "ranges": [[{"subnet": node.pod_subnet}]],
+                    "routes": [{"dst": SERVICE_CIDR}],
+                },
             },
             {"type": "loopback"},
         ],
     }
+
+
+# The API server's Service address (kubernetes.default), the first of SERVICE_CIDR, as
+# the API server allocates it and its certificate names it (lab/lablib/pki.py).
+API_SERVICE_IP = str(next(ipaddress.ip_network(SERVICE_CIDR).hosts()))
+
+
+def service_routing(node):
+    """What a pod's in-cluster client needs to reach the API server (NVIDIA's DRA kubelet
+    plugin is one): the lab runs no kube-proxy, so the node carries the one rule kube-proxy
+    would write for the kubernetes Service (its address, port 443, to the API server on the
+    host), plus masquerading, as the host has no route back to the pods' subnet. Not kube-proxy:
+    no other Service is reachable from a lab pod."""
+    return [
+        "iptables -t nat -A PREROUTING -d %s/32 -p tcp --dport 443 -j DNAT --to-destination %s:%d"
+        % (API_SERVICE_IP, GATEWAY, API_PORT),
+        "iptables -t nat -A POSTROUTING -s %s -d %s/32 -j MASQUERADE" % (node.pod_subnet, GATEWAY),
+    ]
 
 
 def kubelet_config():
@@ -198,7 +222,9 @@ def join(node, bins, images, public_key):
         podman("cp", "%s/." % root, "%s:/" % node.name)
     finally:
         shutil.rmtree(root)
-    script = ["systemctl restart containerd"]
+    # As kind's node entrypoint does: the root mount shared, so that a pod mounting a host
+    # path with HostToContainer propagation (NVIDIA's DRA kubelet plugin mounts / so) starts.
+    script = ["mount --make-rshared /", *service_routing(node), "systemctl restart containerd"]
     # ctr answers once containerd serves its socket; an import before that loses content.
     script.append("for i in $(seq 100); do ctr version >/dev/null 2>&1 && break; sleep 0.2; done")
     for name, _archive in images:

@@ -59,6 +59,10 @@ NVFM_MODULE=github.com/NVIDIA/go-nvfm
 NVFM_COMMIT=${NVIDIA_DRA_NVFM_COMMIT:-b587f11880ea934bcdf9fa6978405776c6c3ba16}
 NVFM_H1=${NVIDIA_DRA_NVFM_H1:-h1:iT6mqKxfAYsCw35DWz4S1Z3DGST726sHrLdz4hqSwtY=}
 NVFM_DIR=${NVIDIA_DRA_NVFM_DIR:-$CACHE/go-nvfm-$NVFM_COMMIT}
+# That tree as `git archive` of the commit gave it (Apache-2.0, its LICENSE inside), kept in
+# this repository because no proxy or registry here serves it; unpacked into NVFM_DIR when
+# that is missing, and checked against NVFM_H1 like any other tree.
+NVFM_ARCHIVE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/vendor/go-nvfm-$NVFM_COMMIT.tar.gz
 UPSTREAM_PROXY=https://proxy.golang.org
 
 unavailable() {
@@ -151,6 +155,9 @@ elif go_download "$NVFM_MODULE@$nvfm_version" >/dev/null; then
 else
     nvfm_error=$(go_download_error)
     log "the proxy refused $NVFM_MODULE@$nvfm_version ($nvfm_error)"
+    if [[ ! -f $NVFM_DIR/go.mod && -f $NVFM_ARCHIVE && -z ${NVIDIA_DRA_NVFM_DIR:-} ]]; then
+        mkdir -p "$NVFM_DIR" && tar -xzf "$NVFM_ARCHIVE" -C "$NVFM_DIR"
+    fi
     [[ -f $NVFM_DIR/go.mod ]] || unavailable "$nvfm_error (the build needs $NVFM_MODULE@$nvfm_version (required by ${MODULE}@${VERSION}, used only by its alpha FabricManagerPartitioning code); instead it can use NVIDIA's go-nvfm source at commit $NVFM_COMMIT: run \`git clone https://github.com/NVIDIA/go-nvfm && mkdir -p $NVFM_DIR && git -C go-nvfm archive $NVFM_COMMIT | tar -x -C $NVFM_DIR\`, or set NVIDIA_DRA_NVFM_DIR to a directory holding that tree (set NVIDIA_DRA_NVFM_COMMIT and NVIDIA_DRA_NVFM_H1 for another commit))"
     nvfm_h1=$(h1_tree "$NVFM_DIR" "$NVFM_MODULE@$nvfm_version")
     [[ $nvfm_h1 == "$NVFM_H1" ]] ||

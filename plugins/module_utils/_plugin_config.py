@@ -535,14 +535,15 @@ def refuse_unserved(config: Config) -> None:
 
 
 # The modes of the device_plugin role and what each one's plugin reads.
-# dra: the gpuops daemon's DRA front end (it offers no nvidia.com/gpu through a device plugin).
-PLUGIN_MODES = ("gpuops", "nvidia", "operator", "dra")
+# dra: the gpuops daemon's DRA front end (it offers no nvidia.com/gpu through a device plugin);
+# nvidia_dra: NVIDIA's DRA driver (its chart; no configuration document of NVIDIA's plugin).
+PLUGIN_MODES = ("gpuops", "nvidia", "operator", "dra", "nvidia_dra")
 
 
 def served(record: dict[str, Any], where: str = "device_plugin") -> Config:
     """The configuration a node's device plugin serves with, from the device_plugin role's record.
 
-    record: {"mode": gpuops|nvidia|operator|dra, "config": the plugin's configuration document
+    record: {"mode": gpuops|nvidia|operator|dra|nvidia_dra, "config": the plugin's configuration document
     as data (NVIDIA's v1 schema), "environment": the plugin's environment}. Both plugins
     take an environment variable over the file (MIG_STRATEGY over flags.migStrategy). The
     gpuops daemon refuses what it does not serve (MPS); NVIDIA's plugin may be given it.

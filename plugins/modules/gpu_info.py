@@ -79,9 +79,10 @@ options:
         description:
           - Which plugin serves the node. V(gpuops) refuses what the gpuops daemon does not
             serve (C(sharing.mps)), as the daemon itself does. V(dra) is the gpuops daemon's
-            DRA front end (driver C(gpu.gpuops.k8s)), read as V(gpuops) is.
+            DRA front end (driver C(gpu.gpuops.k8s)), read as V(gpuops) is. V(nvidia_dra) is
+            NVIDIA's DRA driver, read as V(nvidia) is.
         type: str
-        choices: [gpuops, nvidia, operator, dra]
+        choices: [gpuops, nvidia, operator, dra, nvidia_dra]
         default: gpuops
       config:
         description:

@@ -1202,16 +1202,16 @@ CLEAR_CHECKPOINT_TASK = (
 )
 
 
-def dra_slices(nodes, node):
-    selector = f"spec.nodeName={node},spec.driver={DRA_DRIVER}"
+def dra_slices(nodes, node, driver=DRA_DRIVER):
+    selector = f"spec.nodeName={node},spec.driver={driver}"
     return nodes.get("resourceslices", "--field-selector", selector)["items"]
 
 
-def dra_devices(nodes, node):
+def dra_devices(nodes, node, driver=DRA_DRIVER):
     """{device name: its attributes' values} of the node's published slices."""
     return {
         device["name"]: {key: next(iter(value.values())) for key, value in device["attributes"].items()}
-        for piece in dra_slices(nodes, node)
+        for piece in dra_slices(nodes, node, driver)
         for device in piece["spec"]["devices"]
     }
 
@@ -1239,12 +1239,12 @@ def dra_pod(nodes, name, node, *, claim_template=None, claim=None, gpu_limit=Fal
     nodes.kubectl("apply", "-f", "-", stdin=json.dumps(manifest))
 
 
-def claim_template(name, memory=None, consume=None):
-    """One GPU of our DeviceClass with at least MEMORY (a quantity) of memory, or one that
-    CONSUMEs that much of a GPU's memory (shared with other such claims)."""
-    request = {"deviceClassName": DRA_DRIVER}
+def claim_template(name, memory=None, consume=None, driver=DRA_DRIVER):
+    """One GPU of DRIVER's DeviceClass (ours unless given) with at least MEMORY (a quantity)
+    of memory, or one that CONSUMEs that much of a GPU's memory (shared with other such claims)."""
+    request = {"deviceClassName": driver}
     if memory:
-        expression = f'device.capacity["{DRA_DRIVER}"].memory.compareTo(quantity("{memory}")) >= 0'
+        expression = f'device.capacity["{driver}"].memory.compareTo(quantity("{memory}")) >= 0'
         request["selectors"] = [{"cel": {"expression": expression}}]
     if consume:
         request["capacity"] = {"requests": {"memory": consume}}
@@ -1303,11 +1303,11 @@ def claim_name(pod):
     return pod["status"]["extendedResourceClaimStatus"]["resourceClaimName"]
 
 
-def allocated_device(nodes, pod):
+def allocated_device(nodes, pod, driver=DRA_DRIVER):
     """The device the scheduler allocated to the pod's (only) claim."""
     claim = nodes.get("resourceclaim", claim_name(pod))
     (result,) = claim["status"]["allocation"]["devices"]["results"]
-    assert (result["driver"], result["pool"]) == (DRA_DRIVER, FAULTED), result
+    assert (result["driver"], result["pool"]) == (driver, FAULTED), result
     return claim, result["device"]
 
 
@@ -1502,6 +1502,58 @@ def uninstall_dra(nodes, fleet):
     assert left == ["nvidia.yaml"], left
 
 
+NVIDIA_DRA_PLAYBOOK = Path(__file__).parent / "playbooks" / "lab_nodes_nvidia_dra.yml"
+NVIDIA_DRA_DRIVER = "gpu.nvidia.com"
+
+
+def nvidia_dra_runs(fleet, extra_vars):
+    """lab_nodes_nvidia_dra.yml on node 2 with EXTRA_VARS: check mode predicts the real run,
+    which changes something, and a second run changes nothing."""
+    predicted = playbook_changes(NVIDIA_DRA_PLAYBOOK, extra_vars, fleet, check=True, hosts=(FAULTED,))
+    first = playbook_changes(NVIDIA_DRA_PLAYBOOK, extra_vars, fleet, hosts=(FAULTED,))
+    second = playbook_changes(NVIDIA_DRA_PLAYBOOK, extra_vars, fleet, hosts=(FAULTED,))
+    assert predicted == first and first[FAULTED], (predicted, first)
+    assert second == {FAULTED: []}, second
+    return first[FAULTED]
+
+
+def nvidia_dra_serves(nodes, fleet):
+    """Node 2 served by NVIDIA's DRA driver v0.5.0 (device_plugin_mode nvidia_dra, its own
+    chart and its image built from source): the install and its uninstall each predicted by
+    check mode and idempotent; its slice lists the node's 8 H100s; a pod on a claim of its
+    DeviceClass sees exactly the GPU allocated; nothing of it stays after the uninstall."""
+    lab = nodes_cli("nvidia-dra", FAULTED)
+    assert lab.returncode == 0, lab.stderr[-2000:]
+    found = json.loads(lab.stdout.splitlines()[-1])
+    extra_vars = {"lab_nvidia_dra_chart": found["chart"], "lab_helm": found["helm"]}
+    nvidia_dra_runs(fleet, extra_vars)
+    devices = dra_devices(nodes, FAULTED, NVIDIA_DRA_DRIVER)
+    assert sorted(attributes["uuid"] for attributes in devices.values()) == sorted(h100_uuids()), devices
+    # Only node 2 carries the label that puts NVIDIA's kubelet plugin on a node.
+    assert dra_slices(nodes, DAEMON_NODE, NVIDIA_DRA_DRIVER) == []
+    template = claim_template("nvidia-gpu-80g", "80G", driver=NVIDIA_DRA_DRIVER)
+    try:
+        nodes.kubectl("apply", "-f", "-", stdin=json.dumps(template))
+        dra_pod(nodes, "nvidia-dra-80g", FAULTED, claim_template="nvidia-gpu-80g")
+        pod, seen = running_query(nodes, "nvidia-dra-80g")
+        _claim, device = allocated_device(nodes, pod, NVIDIA_DRA_DRIVER)
+        assert seen["uuids"] == [devices[device]["uuid"]], (seen, device)
+    finally:
+        nodes.kubectl("delete", "pod", "nvidia-dra-80g", "--ignore-not-found", "--wait=true", check=False)
+        nodes.kubectl("delete", "resourceclaimtemplate", "nvidia-gpu-80g", "--ignore-not-found", check=False)
+
+    nvidia_dra_runs(fleet, {**extra_vars, "device_plugin_state": "absent"})
+    assert dra_slices(nodes, FAULTED, NVIDIA_DRA_DRIVER) == []
+    classes = [c["metadata"]["name"] for c in nodes.get("deviceclasses")["items"]]
+    assert not [c for c in classes if c.endswith("nvidia.com")], classes
+    left = on_faulted(
+        "ansible.builtin.shell",
+        "ls -d /var/lib/kubelet/plugins_registry/gpu.nvidia.com* /var/lib/kubelet/plugins/gpu.nvidia.com "
+        "2>/dev/null; ls /var/run/cdi; true",
+    )["stdout"].split()
+    assert left == ["nvidia.yaml"], left
+
+
 def unschedulable(nodes, pod):
     """The scheduler's messages while POD is not scheduled."""
     conditions = nodes.get("pod", pod)["status"].get("conditions") or []
@@ -1516,7 +1568,8 @@ def test_dra_serves_the_node_claims_and_unchanged_gpu_pods_through_restarts_and_
     asking for 200 GiB stays pending with the scheduler's reason; a shared claim's pods and
     two half-memory claims each share one GPU; kubelet and plugin restarts keep prepared
     claims; a lost GPU and an XID reach the pod's status and the slice, and both recover; the
-    uninstall leaves nothing of the driver behind; node 1's containerd 1.6 is refused."""
+    uninstall leaves nothing of the driver behind; node 1's containerd 1.6 is refused. Then
+    NVIDIA's DRA driver serves node 2 through device_plugin_mode nvidia_dra, and goes again."""
     refused_without_cdi(fleet)
     devices = move_to_dra(nodes, fleet)
     validated_through_dra(fleet)
@@ -1581,6 +1634,7 @@ def test_dra_serves_the_node_claims_and_unchanged_gpu_pods_through_restarts_and_
     specs = on_faulted("ansible.builtin.shell", "ls /var/run/cdi")["stdout"].split()
     assert specs == ["nvidia.yaml"], specs
     uninstall_dra(nodes, fleet)
+    nvidia_dra_serves(nodes, fleet)
     # Back as lab_nodes_gpu.yml left it (gpuops's device plugin, CDI as provisioned): the
     # tests after this one start from there.
     extra_vars = {"lab_daemon_nodes": [FAULTED], "lab_docker_nodes": []}

@@ -85,7 +85,7 @@ def test_nvidias_plugin_is_described_without_the_choices_it_passes_over():
         "perDevice": [{"index": 1, "replicas": 2}],
     }
     document = {"sharing": {"timeSlicing": {"resources": [resource]}}}
-    for mode in ("nvidia", "operator"):
+    for mode in ("nvidia", "operator", "nvidia_dra"):
         assert pc.served({"mode": mode, "config": document}).sharing() == (
             "time-slicing",
             (pc.SharedResource("nvidia.com/gpu", 4),),
@@ -118,8 +118,9 @@ def test_an_mps_section_wins_over_time_slicing_like_nvidias_config():
     [
         ([], r"device_plugin: \[\] is not valid; expected a mapping"),
         (
-            {"mode": "nvidia_dra"},
-            r"device_plugin\.mode: 'nvidia_dra' is not valid; valid: gpuops, nvidia, operator, dra",
+            {"mode": "nvidia-dra"},
+            r"device_plugin\.mode: 'nvidia-dra' is not valid; "
+            r"valid: gpuops, nvidia, operator, dra, nvidia_dra",
         ),
         ({"modes": "gpuops"}, r"device_plugin\.modes: 'gpuops' is not valid; unknown key; valid keys here"),
         ({"environment": ["MIG_STRATEGY=single"]}, r"device_plugin\.environment: .* expected a mapping"),
