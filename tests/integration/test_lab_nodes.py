@@ -1418,7 +1418,8 @@ def lose_and_recover(nodes, pod, device):
         start = time.monotonic()
         nodes.wait("the pod told", lambda: device_health(nodes, pod) == ["Unhealthy"], 60)
         print(f"pod status Unhealthy after {time.monotonic() - start:.1f} s")
-        nodes.wait("the device tainted", lambda: device_taints(nodes, device), 60)
+        lost = [DRA_DRIVER + "/lost"]
+        nodes.wait("the device tainted lost", lambda: device_taints(nodes, device) == lost, 60)
     finally:
         on_faulted("ansible.builtin.command", f"mknod -m 0666 /dev/nvidia{minor} c 195 {minor}")
     start = time.monotonic()

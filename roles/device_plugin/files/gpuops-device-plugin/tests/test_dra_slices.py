@@ -233,6 +233,10 @@ def test_a_recovered_device_has_no_taint():
     [
         ("xid 79", {"key": "gpu.gpuops.k8s/xid", "value": "79"}),
         ("lost", {"key": "gpu.gpuops.k8s/lost"}),
+        ("GPU GPU-1 does not answer: GPU is lost", {"key": "gpu.gpuops.k8s/lost"}),
+        ("NVML no longer lists GPU GPU-1: not found", {"key": "gpu.gpuops.k8s/lost"}),
+        ("device node of GPU GPU-1: /dev/nvidia1 is missing", {"key": "gpu.gpuops.k8s/lost"}),
+        ("double-bit ECC error", {"key": "gpu.gpuops.k8s/unhealthy"}),
         ("health watcher failed", {"key": "gpu.gpuops.k8s/unhealthy"}),
     ],
 )

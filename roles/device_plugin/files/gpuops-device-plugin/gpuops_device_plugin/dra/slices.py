@@ -79,7 +79,11 @@ ARCHITECTURES = {
 
 # health.py's reasons: "XID 79 on GPU ...", "GPU ... does not answer: ...".
 _XID = re.compile(r"\bxid (\d+)\b", re.IGNORECASE)
-_LOST = re.compile(r"\bdoes not answer\b|^lost\b", re.IGNORECASE)
+# health.probe_fault's reasons for a GPU gone from the node: it does not answer, NVML no
+# longer lists it (fallen off the bus), or its device node is gone.
+_LOST = re.compile(
+    r"\bdoes not answer\b|^lost\b|^NVML no longer lists\b|^device node of GPU\b", re.IGNORECASE
+)
 _VERSION = re.compile(r"^(\d+)(?:\.(\d+))?(?:\.(\d+))?$")
 _LARGER_SUFFIXES = ("Gi", "Ti", "Pi", "Ei")  # after Mi, each 1024 times the one before
 
