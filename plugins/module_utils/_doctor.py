@@ -58,7 +58,8 @@ OBSERVATIONS = (
     "gpu",  # gpuops.k8s.gpu_info
     # gpuops.k8s.node_state_info: the kernel module, /dev/nvidia*, the systemd units (the
     # runtime's, the kubelet's, the device plugin's, the drift guard's), the device plugin
-    # directory's sockets and the kubelet's checkpoint, the NVIDIA container runtime binary
+    # directory's sockets and the kubelet's checkpoint, the NVIDIA container runtime binary,
+    # whether the runtime injects CDI devices (runtime_cdi: null where not asked)
     "node_state",
     "runtime_check",  # gpuops.k8s.nvidia_runtime in check mode (skipped: not checked)
     "runtime_class_info",  # k8s_info of the RuntimeClass
@@ -468,6 +469,13 @@ _RULES = (
         ("gpu", "node_state", "kubelet"),
         ("dra_driver", "dra_registration_socket"),
         dra.kubelet_gates,
+        False,
+    ),
+    (
+        "dra",
+        ("gpu", "node_state"),
+        ("node_name", "dra_driver", "dra_registration_socket"),
+        dra.runtime_cdi,
         False,
     ),
     ("labels", ("labels",), (), _labels, False),

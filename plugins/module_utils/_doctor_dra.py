@@ -5,7 +5,8 @@
 """The GPU doctor's rules for a node whose GPUs our DRA driver serves (device_plugin_mode dra):
 the driver's registration with the kubelet (plugin), its ResourceSlice against the GPUs NVML
 lists and a device plugin's nvidia.com/gpu left in the Node's status (allocatable), the
-DeviceClasses and the cluster's DRA API and gates (dra).
+DeviceClasses, the cluster's DRA API and gates, and whether the node's container runtime
+injects CDI devices (dra).
 
 Private to the gpuops.k8s collection. Pure, as _doctor_gpus: observations and settings in,
 findings out. slices is k8s_info's of the driver's ResourceSlices, device_classes k8s_info's
@@ -257,5 +258,31 @@ def kubelet_gates(obs, settings):
             FAIL,
             "the kubelet cannot prepare the DRA driver %s's claims: %s" % (settings["dra_driver"], why),
             fix,
+        )
+    ]
+
+
+def runtime_cdi(obs, settings):
+    """A container runtime that does not inject CDI devices: the driver prepares each claim as
+    CDI devices, so without them every claimed GPU reaches its pod without its device. The
+    verdict is node_state_info's runtime_cdi (_runtime_cdi.py), absent where the caller gave
+    no container_runtime_version."""
+    if not is_dra(obs, settings):
+        return []
+    verdict = obs["node_state"].get("runtime_cdi") or {}
+    if verdict.get("msg") is None:
+        return []
+    return [
+        finding(
+            "dra",
+            FAIL,
+            "Node %s: the DRA driver %s prepares each claim as CDI devices, which its container runtime "
+            "must inject, but %s. Every claimed GPU reaches its pod without its device"
+            % (settings["node_name"], settings["dra_driver"], verdict["msg"]),
+            "containerd 1.7 (or 2.x with CDI turned off): set container_runtime_enable_cdi: true and run "
+            "role container_runtime (it sets enable_cdi and restarts containerd), then run role "
+            "device_plugin (device_plugin_mode dra) again; containerd 1.6, CRI-O before 1.23 or another "
+            "runtime: upgrade it to one the message names as valid. Then delete the pods that started on a "
+            "claim meanwhile, so that they start again with their GPUs",
         )
     ]

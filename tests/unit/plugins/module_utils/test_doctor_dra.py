@@ -13,6 +13,7 @@ import pytest
 
 from ansible_collections.gpuops.k8s.plugins.module_utils import _doctor as doc
 from ansible_collections.gpuops.k8s.plugins.module_utils import _dra_view as view
+from ansible_collections.gpuops.k8s.plugins.module_utils import _runtime_cdi as runtime_cdi
 from ansible_collections.gpuops.k8s.tests.unit.plugins.module_utils.doctor_observations import (
     RESOURCE,
     SETTINGS,
@@ -300,3 +301,87 @@ def test_settings_default_to_our_driver_for_callers_that_give_none():
     settings = {k: v for k, v in SETTINGS.items() if not k.startswith("dra_")}
     observed = dra_node(socket="missing")
     assert [f["check"] for f in doc.diagnose(observed, settings)] == ["plugin"]
+
+
+# `containerd config dump` of containerd 1.7, its CRI plugin cut to what matters here, with
+# or without enable_cdi (containerd's default: off).
+DUMP_17 = """\
+version = 2
+
+[plugins]
+  [plugins."io.containerd.grpc.v1.cri"]
+    cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]
+%s    sandbox_image = "registry.k8s.io/pause:3.8"
+"""
+NO_CDI = [
+    ("containerd://1.6.20~ds1", None),
+    ("containerd://1.7.24", DUMP_17 % ""),
+    ("containerd://1.7.24", DUMP_17 % "    enable_cdi = false\n"),
+]
+
+
+def with_runtime(observed, runtime_version, dump=None):
+    """observed with node_state_info's runtime_cdi for that runtime (the real verdict)."""
+    observed["node_state"]["runtime_cdi"] = runtime_cdi.verdict(runtime_version, dump)
+    return observed
+
+
+@pytest.mark.parametrize("runtime_version, dump", NO_CDI)
+def test_a_dra_node_whose_runtime_does_not_inject_cdi_devices(runtime_version, dump):
+    observed = with_runtime(dra_node(), runtime_version, dump)
+    said = observed["node_state"]["runtime_cdi"]["msg"]
+    assert said is not None
+    found = only(diagnose(observed))
+    assert (found["check"], found["severity"]) == ("dra", "fail")
+    assert found["message"] == (
+        "Node gpu-01: the DRA driver gpu.gpuops.k8s prepares each claim as CDI devices, which its container "
+        "runtime must inject, but %s. Every claimed GPU reaches its pod without its device" % said
+    )
+    assert found["fix"].startswith(
+        "containerd 1.7 (or 2.x with CDI turned off): set container_runtime_enable_cdi: true and run role "
+        "container_runtime"
+    )
+    assert "then run role device_plugin (device_plugin_mode dra) again" in found["fix"]
+    assert "upgrade it to one the message names as valid" in found["fix"]
+
+
+def test_the_runtimes_verdict_names_the_version_and_what_is_valid():
+    observed = with_runtime(dra_node(), "containerd://1.6.20~ds1")
+    message = only(diagnose(observed))["message"]
+    assert "containerd 1.6.20~ds1 has no CDI support" in message
+    assert "DRA needs containerd 1.7 with enable_cdi = true" in message
+
+
+@pytest.mark.parametrize("runtime_version, dump", NO_CDI)
+def test_no_runtime_finding_on_a_device_plugin_node(runtime_version, dump):
+    assert diagnose(with_runtime(healthy(), runtime_version, dump)) == []
+
+
+@pytest.mark.parametrize(
+    "runtime_version, dump",
+    [
+        ("containerd://1.7.24", DUMP_17 % "    enable_cdi = true\n"),
+        ("containerd://2.1.4", 'version = 3\n[plugins]\n  [plugins."io.containerd.cri.v1.runtime"]\n'),
+        ("cri-o://1.30.4", None),
+    ],
+)
+def test_no_runtime_finding_where_the_runtime_injects_cdi_devices(runtime_version, dump):
+    observed = with_runtime(dra_node(), runtime_version, dump)
+    assert observed["node_state"]["runtime_cdi"]["msg"] is None
+    assert diagnose(observed) == []
+
+
+@pytest.mark.parametrize("present", [False, True])
+def test_no_runtime_finding_without_the_runtimes_verdict(present):
+    # Callers that give node_state_info no container_runtime_version: runtime_cdi null, or
+    # no such key in an older node_state_info's result.
+    observed = dra_node()
+    assert "runtime_cdi" not in observed["node_state"]
+    if present:
+        observed["node_state"]["runtime_cdi"] = None
+    assert diagnose(observed) == []
+
+
+def test_the_runtime_finding_is_skipped_with_the_dra_check():
+    observed = with_runtime(dra_node(), "containerd://1.6.20~ds1")
+    assert doc.diagnose(observed, SETTINGS, ["dra"]) == []
