@@ -79,6 +79,21 @@ def ansible_env():
 DEPRECATIONS = []
 # What a kubelet, the API server or Ansible says of a deprecation or a removal to come.
 DEPRECATED = re.compile(r"deprecat|will be removed|no longer supported", re.IGNORECASE)
+# Deprecations a module of another collection raises whatever its caller passes, so no use
+# of it avoids them: kubernetes.core 6.6's helm module deprecates its own status.values return
+# on every call that finds the release (plugins/modules/helm.py get_release_status); the role
+# reads neither. Exact texts: any other deprecation still fails the last test.
+UNAVOIDABLE = (
+    "The 'status.values' return value is deprecated and will be removed in version 8.0.0. "
+    "Use 'status.release_values' instead.",
+)
+# Ansible's hint printed under each deprecation warning: judged with the warning itself.
+DEPRECATION_HINT = "Deprecation warnings can be disabled by setting"
+
+
+def deprecation(text):
+    """Whether TEXT says of a deprecation that the lab's runs must not cause."""
+    return not any(known in text for known in (*UNAVOIDABLE, DEPRECATION_HINT))
 
 
 def run_ansible(tool, *args, timeout=300, venv_bin=VENV_BIN):
@@ -99,7 +114,9 @@ def run_ansible(tool, *args, timeout=300, venv_bin=VENV_BIN):
     DEPRECATIONS.extend(
         line
         for line in proc.stderr.splitlines()
-        if dev_line and ("DEPRECATION WARNING" in line or ("WARNING" in line and DEPRECATED.search(line)))
+        if dev_line
+        and ("DEPRECATION WARNING" in line or ("WARNING" in line and DEPRECATED.search(line)))
+        and deprecation(line)
     )
     try:
         plays = json.loads(proc.stdout)["plays"]
@@ -109,7 +126,9 @@ def run_ansible(tool, *args, timeout=300, venv_bin=VENV_BIN):
         for task in play["tasks"]:
             for result in task["hosts"].values() if dev_line else ():
                 DEPRECATIONS.extend(
-                    "%s: %s" % (task["task"]["name"], d.get("msg", d)) for d in result.get("deprecations", [])
+                    "%s: %s" % (task["task"]["name"], d.get("msg", d))
+                    for d in result.get("deprecations", [])
+                    if deprecation(str(d.get("msg", d)))
                 )
                 name, warnings = task["task"]["name"], result.get("warnings", [])
                 DEPRECATIONS.extend("%s: %s" % (name, w) for w in warnings if DEPRECATED.search(w))
