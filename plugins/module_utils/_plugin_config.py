@@ -48,6 +48,9 @@ DEFAULT_DRA_PLUGINS_DIR = "/var/lib/kubelet/plugins"
 DEFAULT_DRA_CDI_DIR = "/var/run/cdi"
 DEFAULT_DRA_TOOLKIT_SPEC = "/var/run/cdi/nvidia.yaml"
 DEFAULT_DRA_KUBECONFIG = "/etc/kubernetes/kubelet.conf"
+# The driver's nvidia-smi, which sets a claim's time-slice (dra/timeslice.py): a name is
+# looked up on PATH when a claim asks for one.
+DEFAULT_DRA_NVIDIA_SMI = "nvidia-smi"
 
 
 class ConfigError(ValueError):
@@ -111,6 +114,7 @@ class Config:
     dra_plugins_dir: str = DEFAULT_DRA_PLUGINS_DIR
     dra_cdi_dir: str = DEFAULT_DRA_CDI_DIR
     dra_toolkit_spec: str = DEFAULT_DRA_TOOLKIT_SPEC
+    dra_nvidia_smi: str = DEFAULT_DRA_NVIDIA_SMI
     # The extended resource a DeviceClass of this driver serves (extendedResourceName); a
     # device plugin's leftover of it is removed from the Node's status (dra/node_status.py).
     dra_extended_resource: str = ""
@@ -264,6 +268,7 @@ DRA_KEYS = {
     "kubeletPluginsDir": "dra_plugins_dir",
     "cdiDir": "dra_cdi_dir",
     "toolkitSpec": "dra_toolkit_spec",
+    "nvidiaSmi": "dra_nvidia_smi",
     "extendedResourceName": "dra_extended_resource",
 }
 
@@ -511,10 +516,16 @@ def _check_front_end(config: Config) -> None:
         )
     for key, field in DRA_KEYS.items():
         path = getattr(config, field)
-        if key in ("nodeName", "extendedResourceName"):
+        if key in ("nodeName", "extendedResourceName", "nvidiaSmi"):
             continue
         if not os.path.isabs(path):
             raise ConfigError(f"dra.{key}: {path!r} is not valid; expected an absolute path")
+    smi = config.dra_nvidia_smi
+    if not smi or ("/" in smi and not os.path.isabs(smi)):
+        raise ConfigError(
+            f"dra.nvidiaSmi: {smi!r} is not valid; expected an absolute path or a command name"
+            " looked up on PATH (nvidia-smi)"
+        )
     if config.front_end == FRONT_END_DRA and any(r.replicas > 1 for r in config.shared):
         # DRA shares a GPU per claim, not per node: two pods on one claim, or a claim's
         # opaque GpuConfig (sharing.strategy TimeSlicing). Replicas would never be served.

@@ -20,6 +20,7 @@ from dp_harness import H100_UUIDS, short_tempdir
 from dra_kubelet_standin import KUBELET_1_35, KUBELET_1_37, Kubelet, register
 from dra_node import Claims, claim, toolkit_spec
 
+from gpuops_device_plugin._plugin_config import DEFAULT_DRA_NVIDIA_SMI
 from gpuops_device_plugin.dra.cdi import ClaimSpecs
 from gpuops_device_plugin.dra.checkpoint import Checkpoint
 from gpuops_device_plugin.dra.devices import gpu_devices
@@ -27,6 +28,7 @@ from gpuops_device_plugin.dra.endpoint import dra_endpoint
 from gpuops_device_plugin.dra.health import report
 from gpuops_device_plugin.dra.prepare import Preparer
 from gpuops_device_plugin.dra.server import SUPPORTED_VERSIONS, HealthStreams
+from gpuops_device_plugin.dra.timeslice import TimeSlicer
 from gpuops_device_plugin.health import HealthState
 
 POOL = "node-a"
@@ -53,7 +55,13 @@ class Node:
         """Serve as a daemon starting now would: the checkpoint read from disk."""
         os.makedirs(os.path.dirname(self.checkpoint), exist_ok=True)
         preparer = Preparer(
-            Checkpoint.load(self.checkpoint), ClaimSpecs(self.cdi_dir, self.toolkit), devices, api, pool=POOL
+            Checkpoint.load(self.checkpoint),
+            ClaimSpecs(self.cdi_dir, self.toolkit),
+            devices,
+            api,
+            pool=POOL,
+            # These claims ask for no time-slice: the daemon's own default, never run.
+            slicer=TimeSlicer(DEFAULT_DRA_NVIDIA_SMI),
         )
         streams = HealthStreams(
             lambda: report(devices, POOL, self.health, time.time()), self.health, refresh_s

@@ -8,11 +8,13 @@ kubernetes client's ResourceV1Api behind dra.claims.api_reader."""
 import http.server
 import json
 import os
+import subprocess
 import threading
+from pathlib import Path
 
 import pytest
 import yaml
-from dp_harness import H100_UUIDS
+from dp_harness import H100_UUIDS, PROFILES, ROOT, build_mock
 from dra_node import Claims, claim, toolkit_spec
 from kubernetes import client as kube
 
@@ -21,6 +23,7 @@ from gpuops_device_plugin.dra.cdi import ClaimSpecs
 from gpuops_device_plugin.dra.checkpoint import COMPLETED, STARTED, Checkpoint
 from gpuops_device_plugin.dra.devices import gpu_devices
 from gpuops_device_plugin.dra.prepare import Claim, Preparer
+from gpuops_device_plugin.dra.timeslice import TimeSliceError, TimeSlicer
 
 POOL = "node-a"
 GPUS = gpu_devices([{"index": i, "uuid": uuid} for i, uuid in enumerate(H100_UUIDS)])
@@ -29,6 +32,26 @@ TIME_SLICED = {
     "kind": "GpuConfig",
     "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Short"}},
 }
+
+
+class NvidiaSmi:
+    """The nvidia-smi calls a Preparer makes, recorded; a GPU UUID in `refuse` makes them exit 6
+    (what NVIDIA's nvidia-smi answers for a UUID its NVML does not know)."""
+
+    def __init__(self):
+        self.calls = []
+        self.refuse = set()
+
+    def __call__(self, argv):
+        self.calls.append(list(argv[1:]))
+        refused = argv[argv.index("-i") + 1] in self.refuse
+        return subprocess.CompletedProcess(
+            argv, 6 if refused else 0, "", "No devices were found" if refused else ""
+        )
+
+    def slices(self):
+        """(uuid, --set-timeslice value) of each compute-policy call, in order."""
+        return [(call[2], call[4]) for call in self.calls if call[0] == "compute-policy"]
 
 
 class Node:
@@ -40,6 +63,7 @@ class Node:
         self.cdi_dir = str(root / "cdi")
         self.toolkit = root / "nvidia.yaml"
         self.toolkit.write_text(json.dumps(toolkit_spec(H100_UUIDS)))  # JSON is YAML
+        self.nvidia_smi = NvidiaSmi()
 
     def preparer(self, reader, devices=GPUS):
         """A Preparer as a fresh daemon makes one: the checkpoint read from disk."""
@@ -49,6 +73,8 @@ class Node:
             devices,
             reader,
             pool=POOL,
+            # Any executable for the lookup; the calls go to the recorder.
+            slicer=TimeSlicer("/bin/true", runner=self.nvidia_smi),
         )
 
     def spec_path(self, uid):
@@ -218,6 +244,138 @@ def test_our_opaque_parameters_are_checked(node):
     assert node.specs() == [os.path.basename(node.spec_path(good["metadata"]["uid"]))]
 
 
+def test_a_time_sliced_claim_sets_its_gpus_time_slice_and_unprepare_sets_it_back(node):
+    train = claim("train", [("gpus", "gpu-0"), ("gpus", "gpu-3")], configs=[((), TIME_SLICED)])
+    uid = train["metadata"]["uid"]
+
+    (result,) = node.preparer(Claims(train)).prepare([named(train)]).values()
+
+    assert result.error == ""
+    # NVIDIA's driver's two commands per GPU: compute mode shared, then the interval (Short: 1).
+    assert node.nvidia_smi.calls == [
+        ["-i", H100_UUIDS[0], "-c", "DEFAULT"],
+        ["compute-policy", "-i", H100_UUIDS[0], "--set-timeslice", "1"],
+        ["-i", H100_UUIDS[3], "-c", "DEFAULT"],
+        ["compute-policy", "-i", H100_UUIDS[3], "--set-timeslice", "1"],
+    ]
+    recorded = Checkpoint.load(node.checkpoint_path).get(uid)
+    assert [(d.device, d.time_slice) for d in recorded.devices] == [("gpu-0", "Short"), ("gpu-3", "Short")]
+
+    # Prepared again from the checkpoint: nothing set twice.
+    node.preparer(Claims(train)).prepare([named(train)])
+    assert len(node.nvidia_smi.calls) == 4
+
+    # A restarted daemon, the claim gone from the API: Default (0) again on both.
+    assert node.preparer(Claims()).unprepare([named(train)]) == {uid: ""}
+    assert node.nvidia_smi.slices() == [
+        (H100_UUIDS[0], "1"),
+        (H100_UUIDS[3], "1"),
+        (H100_UUIDS[0], "0"),
+        (H100_UUIDS[3], "0"),
+    ]
+
+
+def test_a_time_slice_applies_to_the_requests_its_config_names_and_the_claims_config_wins(node):
+    long = {**TIME_SLICED, "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}}}
+    unshared = {"apiVersion": "gpu.gpuops.k8s/v1alpha1", "kind": "GpuConfig"}
+    train = claim(
+        "train",
+        [("big", "gpu-1"), ("small", "gpu-2"), ("other", "gpu-4")],
+        configs=[(("big", "small"), TIME_SLICED), (("small",), long), (("other",), unshared)],
+    )
+
+    (result,) = node.preparer(Claims(train)).prepare([named(train)]).values()
+
+    assert result.error == ""
+    assert node.nvidia_smi.slices() == [(H100_UUIDS[1], "1"), (H100_UUIDS[2], "3")]
+    recorded = Checkpoint.load(node.checkpoint_path).get(train["metadata"]["uid"])
+    assert [(d.device, d.time_slice) for d in recorded.devices] == [
+        ("gpu-1", "Short"),
+        ("gpu-2", "Long"),
+        ("gpu-4", ""),
+    ]
+
+
+def test_a_gpu_two_claims_time_slice_is_set_back_when_the_last_one_goes(node):
+    first = claim("first", [("gpu", "gpu-5")], configs=[((), TIME_SLICED)])
+    second = claim("second", [("gpu", "gpu-5")], configs=[((), TIME_SLICED)])
+    preparer = node.preparer(Claims(first, second))
+    preparer.prepare([named(first), named(second)])
+
+    assert preparer.unprepare([named(first)]) == {first["metadata"]["uid"]: ""}
+    assert node.nvidia_smi.slices() == [(H100_UUIDS[5], "1"), (H100_UUIDS[5], "1")]
+
+    assert preparer.unprepare([named(second)]) == {second["metadata"]["uid"]: ""}
+    assert node.nvidia_smi.slices()[-1] == (H100_UUIDS[5], "0")
+
+
+def test_a_time_slice_nvidia_smi_refuses_fails_the_claim_before_its_spec(node):
+    train = claim("train", [("gpus", "gpu-6")], configs=[((), TIME_SLICED)])
+    node.nvidia_smi.refuse.add(H100_UUIDS[6])
+    preparer = node.preparer(Claims(train))
+
+    (failed,) = preparer.prepare([named(train)]).values()
+
+    assert failed.error == (
+        f"GPU {H100_UUIDS[6]}: time-slice Short: /bin/true -i {H100_UUIDS[6]} -c DEFAULT exited 6:"
+        " No devices were found"
+    )
+    assert node.specs() == []
+    assert preparer.checkpoint.get(train["metadata"]["uid"]).state == STARTED
+    # The GPU answers again: the kubelet's next Prepare sets it and completes the claim.
+    node.nvidia_smi.refuse.clear()
+    (redone,) = node.preparer(Claims(train)).prepare([named(train)]).values()
+    assert redone.error == ""
+    assert node.nvidia_smi.slices() == [(H100_UUIDS[6], "1")]
+
+
+def test_unprepare_succeeds_when_the_time_slice_cannot_be_set_back(node):
+    """The driver or the GPU may be gone at Unprepare: the claim still goes, with a warning."""
+    train = claim("train", [("gpus", "gpu-7")], configs=[((), TIME_SLICED)])
+    node.preparer(Claims(train)).prepare([named(train)])
+    node.nvidia_smi.refuse.add(H100_UUIDS[7])
+
+    assert node.preparer(Claims()).unprepare([named(train)]) == {train["metadata"]["uid"]: ""}
+    assert node.specs() == []
+    assert Checkpoint.load(node.checkpoint_path).get(train["metadata"]["uid"]) is None
+
+
+def test_a_reboot_sets_the_time_slice_again_with_the_lost_spec(node):
+    train = claim("train", [("gpus", "gpu-2")], configs=[((), TIME_SLICED)])
+    node.preparer(Claims(train)).prepare([named(train)])
+    os.remove(node.spec_path(train["metadata"]["uid"]))  # /var/run emptied by the reboot
+
+    (again,) = node.preparer(Claims()).prepare([named(train)]).values()
+
+    assert again.error == ""
+    assert node.nvidia_smi.slices() == [(H100_UUIDS[2], "1"), (H100_UUIDS[2], "1")]
+
+
+def test_nvidias_own_nvidia_smi_sets_a_time_slice_on_nvidias_mock(monkeypatch):
+    """Debian's build of NVIDIA's nvidia-smi 550.163.01 (lab/driver/nvidia-smi.sh) over NVIDIA's
+    mock NVML: the commands TimeSlicer runs are ones NVIDIA's binary accepts, and a GPU its
+    NVML does not know is refused with nvidia-smi's own words."""
+    proc = subprocess.run(
+        ["bash", str(ROOT / "lab" / "driver" / "nvidia-smi.sh")], capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    nvidia_smi = proc.stdout.strip().splitlines()[-1]
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(Path(build_mock())))
+    monkeypatch.setenv("MOCK_NVML_CONFIG", str(PROFILES / "h100-8x-nvswitch.yaml"))
+    slicer = TimeSlicer(nvidia_smi)
+
+    slicer.apply(H100_UUIDS[1], "Medium")
+    slicer.apply(H100_UUIDS[1], "Default")
+
+    unknown = "GPU-00000000-0000-0000-0000-00000000dead"
+    with pytest.raises(TimeSliceError) as refused:
+        slicer.apply(unknown, "Short")
+    assert f"GPU {unknown}: time-slice Short: {nvidia_smi} -i {unknown} -c DEFAULT exited 6" in str(
+        refused.value
+    )
+    assert "No devices were found" in str(refused.value)
+
+
 def test_every_claim_is_answered_when_some_fail(node):
     good = claim("good", [("gpus", "gpu-0")])
     elsewhere = claim("elsewhere", [("gpus", "gpu-1")], pool="node-b")
@@ -366,6 +524,7 @@ def test_a_claim_spec_on_the_toolkit_spec_of_a_real_h100(tmp_path):
         gpu_devices([{"index": 0, "uuid": REAL_UUID}]),
         Claims(real),
         pool=POOL,
+        slicer=TimeSlicer("/bin/true", runner=NvidiaSmi()),
     )
 
     (result,) = preparer.prepare([named(real)]).values()

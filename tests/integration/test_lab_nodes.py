@@ -1276,11 +1276,25 @@ def claim_template(name, memory=None, consume=None, driver=DRA_DRIVER):
     }
 
 
+# Our driver's opaque configuration: the GPU time-sliced (Short), as NVIDIA's driver's GpuConfig.
+TIME_SLICED = {
+    "opaque": {
+        "driver": DRA_DRIVER,
+        "parameters": {
+            "apiVersion": "gpu.gpuops.k8s/v1alpha1",
+            "kind": "GpuConfig",
+            "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Short"}},
+        },
+    }
+}
+
+
 def shared_gpus(nodes):
-    """Two pods on one ResourceClaim, and two claims each consuming half of an 80 GB GPU's
-    memory: {pod: (its claim's device, the UUIDs NVML listed in it)}."""
+    """Two pods on one time-sliced ResourceClaim, and two claims each consuming half of an
+    80 GB GPU's memory: {pod: (its claim's device, the UUIDs NVML listed in it)}."""
     shared = claim_template("shared-gpu")
     shared.update(kind="ResourceClaim", spec=shared["spec"]["spec"])
+    shared["spec"]["devices"]["config"] = [TIME_SLICED]
     nodes.kubectl("apply", "-f", "-", stdin=json.dumps(shared))
     for pod in ("dra-shared-a", "dra-shared-b"):
         dra_pod(nodes, pod, FAULTED, claim="shared-gpu")
@@ -1291,6 +1305,36 @@ def shared_gpus(nodes):
         status, seen = running_query(nodes, pod)
         found[pod] = (allocated_device(nodes, status)[1], seen["uuids"])
     return found
+
+
+def shared_on_the_node(nodes, devices, taken):
+    """Sharing: one time-sliced claim's two pods on its one GPU; two half-memory claims on
+    one GPU (the scheduler's accounting; the mock's GPUs, as real ones, do not cap it), none
+    of the TAKEN devices."""
+    shared = shared_gpus(nodes)
+    for first, second in (("dra-shared-a", "dra-shared-b"), ("dra-half-a", "dra-half-b")):
+        assert shared[first] == shared[second], shared
+        assert shared[first][1] == [devices[shared[first][0]]["uuid"]], shared
+    assert shared["dra-half-a"][0] not in (*taken, shared["dra-shared-a"][0]), shared
+    # The shared claim's time-slice, set by NVIDIA's nvidia-smi at Prepare (the daemon
+    # records it only after nvidia-smi succeeded); the other claims set none.
+    sliced = time_slices(nodes, "shared-gpu")
+    assert sliced == ([(shared["dra-shared-a"][0], "Short")], set()), sliced
+
+
+def time_slices(nodes, claim):
+    """CLAIM's (device, time-slice) pairs in the node's DRA checkpoint, and the time-slices
+    the other claims there set."""
+    uid = nodes.get("resourceclaim", claim)["metadata"]["uid"]
+    records = checkpointed_claims(detail=True)
+    mine = [(device["device"], device.get("time_slice", "")) for device in records.pop(uid)["devices"]]
+    others = {
+        device["time_slice"]
+        for record in records.values()
+        for device in record["devices"]
+        if device.get("time_slice")
+    }
+    return mine, others
 
 
 def running_query(nodes, name):
@@ -1330,9 +1374,11 @@ def allocated_device(nodes, pod, driver=DRA_DRIVER):
     return claim, result["device"]
 
 
-def checkpointed_claims():
+def checkpointed_claims(detail=False):
+    """Claim UID -> its state in the DRA checkpoint on the node; with detail, its record."""
     text = on_faulted("ansible.builtin.command", "cat " + DRA_CHECKPOINT)["stdout"]
-    return {uid: claim["state"] for uid, claim in json.loads(text)["claims"].items()}
+    claims = json.loads(text)["claims"]
+    return claims if detail else {uid: claim["state"] for uid, claim in claims.items()}
 
 
 def device_health(nodes, pod):
@@ -1617,13 +1663,7 @@ def test_dra_serves_the_node_claims_and_unchanged_gpu_pods_through_restarts_and_
         (reason,) = nodes.wait("pod dra-200g unschedulable", lambda: unschedulable(nodes, "dra-200g"), 60)
         assert "cannot allocate all claims" in reason, reason
 
-        # Sharing: one claim's two pods on its one GPU; two half-memory claims on one GPU
-        # (the scheduler's accounting; the mock's GPUs, as real ones, do not cap it).
-        shared = shared_gpus(nodes)
-        for first, second in (("dra-shared-a", "dra-shared-b"), ("dra-half-a", "dra-half-b")):
-            assert shared[first] == shared[second], shared
-            assert shared[first][1] == [devices[shared[first][0]]["uuid"]], shared
-        assert shared["dra-half-a"][0] not in (device, unchanged_device, shared["dra-shared-a"][0]), shared
+        shared_on_the_node(nodes, devices, (device, unchanged_device))
         nodes.kubectl("delete", "pod", *sharing, "--wait=true")
         nodes.kubectl("delete", "resourceclaim", "shared-gpu", "--wait=true")
 

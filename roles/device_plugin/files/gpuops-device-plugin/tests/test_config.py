@@ -237,6 +237,7 @@ dra:
   kubeletPluginsDir: /k/plugins
   cdiDir: /run/cdi
   toolkitSpec: /run/cdi/nvidia-gpus.yaml
+  nvidiaSmi: /run/nvidia/driver/usr/bin/nvidia-smi
   resyncSeconds: 12
 """
 
@@ -250,6 +251,7 @@ def test_the_device_plugin_is_the_default_front_end_and_dra_defaults_are_the_kub
         "/var/lib/kubelet/plugins",
     )
     assert (config.dra_cdi_dir, config.dra_toolkit_spec) == ("/var/run/cdi", "/var/run/cdi/nvidia.yaml")
+    assert config.dra_nvidia_smi == "nvidia-smi"
     assert config.dra_resync_seconds == 30.0
 
 
@@ -260,7 +262,19 @@ def test_the_dra_section_is_read(tmp_path):
     assert config.dra_kubeconfig == "/etc/gpuops/kubeconfig"
     assert (config.dra_registry_dir, config.dra_plugins_dir) == ("/k/plugins_registry", "/k/plugins")
     assert (config.dra_cdi_dir, config.dra_toolkit_spec) == ("/run/cdi", "/run/cdi/nvidia-gpus.yaml")
+    assert config.dra_nvidia_smi == "/run/nvidia/driver/usr/bin/nvidia-smi"
     assert config.dra_resync_seconds == 12.0
+
+
+@pytest.mark.parametrize("value", ["", "bin/nvidia-smi"])
+def test_nvidia_smi_is_an_absolute_path_or_a_command_name(tmp_path, value):
+    path = write(tmp_path, DRA_FILE.replace("/run/nvidia/driver/usr/bin/nvidia-smi", repr(value)))
+    with pytest.raises(cfg.ConfigError) as refused:
+        cfg.load(["--config-file", path], {})
+    assert str(refused.value) == (
+        f"dra.nvidiaSmi: {value!r} is not valid; expected an absolute path or a command name"
+        " looked up on PATH (nvidia-smi)"
+    )
 
 
 def test_dra_flags_beat_env_beat_the_file(tmp_path):

@@ -58,6 +58,21 @@ def test_claims_round_trip_through_the_file(path):
     ]
 
 
+def test_a_devices_time_slice_round_trips_and_is_written_only_where_set(path):
+    sliced = dc.PreparedDevice("node-a", "gpu-1", ["gpu"], [f"k8s.gpu.example.com/claim={UID}-gpu-1"], "Long")
+    checkpoint = dc.Checkpoint.load(path)
+    checkpoint.begin(UID, "team-a", "train")
+    checkpoint.complete(UID, [GPU0, sliced])
+
+    assert dc.Checkpoint.load(path).get(UID).devices == (GPU0, sliced)
+    assert [claim.uid for claim in dc.Checkpoint.load(path).completed()] == [UID]
+    with open(path) as handle:
+        devices = json.load(handle)["claims"][UID]["devices"]
+    # A file of a daemon that knew no time-slices reads as one without them.
+    assert ["time_slice" in device for device in devices] == [False, True]
+    assert devices[1]["time_slice"] == "Long"
+
+
 def test_complete_again_with_the_same_devices_writes_nothing(path):
     checkpoint = dc.Checkpoint.load(path)
     checkpoint.begin(UID, "team-a", "train")

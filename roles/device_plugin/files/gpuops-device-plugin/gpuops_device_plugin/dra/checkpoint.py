@@ -74,6 +74,9 @@ class PreparedDevice:
     device: str
     request_names: tuple[str, ...]
     cdi_device_ids: tuple[str, ...]
+    # The time-slice interval Prepare set on this GPU for the claim ("" for none), so that
+    # Unprepare, which gets no claim, knows to set it back.
+    time_slice: str = ""
 
     def __post_init__(self):
         # Tuples whatever the caller passed, so that a repeated complete() compares equal.
@@ -117,6 +120,11 @@ class Checkpoint:
     def get(self, uid: str) -> PreparedClaim | None:
         with self._lock:
             return self._claims.get(uid)
+
+    def completed(self) -> list[PreparedClaim]:
+        """Every claim prepared and not yet unprepared."""
+        with self._lock:
+            return [claim for claim in self._claims.values() if claim.state == COMPLETED]
 
     def stale(self) -> list[PreparedClaim]:
         """Claims begun but never completed: a prepare cut off by a crash or a restart."""
@@ -177,16 +185,21 @@ def _record(claim: PreparedClaim) -> dict[str, Any]:
         "namespace": claim.namespace,
         "name": claim.name,
         "state": claim.state,
-        "devices": [
-            {
-                "pool": device.pool,
-                "device": device.device,
-                "request_names": list(device.request_names),
-                "cdi_device_ids": list(device.cdi_device_ids),
-            }
-            for device in claim.devices
-        ],
+        "devices": [_device_record(device) for device in claim.devices],
     }
+
+
+def _device_record(device: PreparedDevice) -> dict[str, Any]:
+    record = {
+        "pool": device.pool,
+        "device": device.device,
+        "request_names": list(device.request_names),
+        "cdi_device_ids": list(device.cdi_device_ids),
+    }
+    # Only where set: a file without time-slices reads the same in a daemon that knows none.
+    if device.time_slice:
+        record["time_slice"] = device.time_slice
+    return record
 
 
 def _parse(path: str, text: str) -> dict[str, PreparedClaim]:
@@ -224,6 +237,7 @@ def _claim(uid: str, record: dict[str, Any]) -> PreparedClaim:
                 device=_text(device["device"]),
                 request_names=_texts(device["request_names"]),
                 cdi_device_ids=_texts(device["cdi_device_ids"]),
+                time_slice=_text(device.get("time_slice", "")),
             )
             for device in record["devices"]
         ),

@@ -82,6 +82,8 @@ class OpaqueConfig:
 
     parameters: Any
     where: str
+    # The requests it applies to; empty: every request of the claim.
+    requests: tuple[str, ...] = ()
 
 
 def read_claim(reader: ClaimReader, namespace: str, name: str, uid: str) -> dict[str, Any]:
@@ -130,6 +132,7 @@ def our_configs(claim: dict[str, Any], driver: str) -> tuple[OpaqueConfig, ...]:
         OpaqueConfig(
             entry["opaque"].get("parameters"),
             f"status.allocation.devices.config[{position}].opaque.parameters",
+            tuple(entry.get("requests") or ()),
         )
         for position, entry in enumerate(configs)
         if (entry.get("opaque") or {}).get("driver") == driver

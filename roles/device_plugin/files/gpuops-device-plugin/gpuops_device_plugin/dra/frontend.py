@@ -44,6 +44,7 @@ from .health import report
 from .node_status import clear_stale
 from .prepare import Preparer
 from .server import HealthStreams
+from .timeslice import TimeSlicer
 
 __all__ = ["CHECKPOINT_NAME", "DraFrontEnd", "FrontEndError", "SliceSync", "SliceWatch", "node_name"]
 
@@ -122,6 +123,7 @@ class DraFrontEnd:
             devices,
             claims_mod.api_reader(resource_api),
             pool=self.node,
+            slicer=TimeSlicer(self.config.dra_nvidia_smi),
         )
         LOG.info(
             "DRA driver %s on node %s: %s",

@@ -12,8 +12,9 @@
 
 The field names are those of NVIDIA's DRA driver (resource.nvidia.com/v1beta1 GpuConfig), so
 a claim moves between the drivers by its apiVersion. Only time-slicing is accepted (MPS is
-not served); nothing applies it yet: a claim whose parameters are wrong is refused at
-Prepare with the field, the value and what is valid, instead of running unshared unseen.
+not served); Prepare sets it on the claim's GPUs (dra/timeslice.py). A claim whose
+parameters are wrong is refused at Prepare with the field, the value and what is valid,
+instead of running unshared unseen.
 """
 
 from __future__ import annotations

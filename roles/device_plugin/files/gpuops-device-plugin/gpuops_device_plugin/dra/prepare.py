@@ -8,10 +8,13 @@ no write: the kubelet repeats calls), its spec written again only where it is go
 empties /var/run, and a restarted kubelet prepares every claim again); otherwise GET it
 (claims.read_claim: found, allocated, same UID), take the results of our driver in this
 node's pool, check our opaque parameters, map each device name to its GPU, then checkpoint
-begin -> the claim's CDI spec -> checkpoint complete. A claim left started by a crash is
+begin -> the time-slice a GpuConfig asks for, on each of its GPUs (dra/timeslice.py) -> the
+claim's CDI spec -> checkpoint complete (with each GPU's time-slice). A claim left started by a crash is
 prepared again the same way (the spec is replaced whole). Unprepare works from the
 checkpoint and the file system alone, because the claim may be gone from the API and the
-driver or NVML from the node: remove the claim's spec, forget the claim. Every claim gets an
+driver or NVML from the node: remove the claim's spec, set a time-slice the claim set back to
+Default unless another prepared claim set one on that GPU (a failure there is logged, never
+the claim's: the GPU may be gone), forget the claim. Every claim gets an
 answer; one that fails carries its error, and the call itself never fails for it.
 """
 
@@ -24,15 +27,24 @@ from collections.abc import Iterable, Mapping
 
 from . import opaque
 from .cdi import CdiError, ClaimSpecs
-from .checkpoint import COMPLETED, Checkpoint, CheckpointError, PreparedDevice
-from .claims import AllocatedDevice, ClaimError, ClaimReader, our_configs, our_devices, read_claim
+from .checkpoint import COMPLETED, Checkpoint, CheckpointError, PreparedClaim, PreparedDevice
+from .claims import (
+    AllocatedDevice,
+    ClaimError,
+    ClaimReader,
+    OpaqueConfig,
+    our_configs,
+    our_devices,
+    read_claim,
+)
 from .devices import DRIVER, GpuDevice
+from .timeslice import DEFAULT, TimeSliceError, TimeSlicer
 
 __all__ = ["Claim", "PrepareResult", "Preparer", "UnknownDevice"]
 
 LOG = logging.getLogger(__name__)
 # What one claim's failure can be; anything else is a bug, still answered for that claim only.
-CLAIM_FAILURES = (ClaimError, opaque.OpaqueConfigError, CdiError, CheckpointError)
+CLAIM_FAILURES = (ClaimError, opaque.OpaqueConfigError, CdiError, CheckpointError, TimeSliceError)
 
 
 class UnknownDevice(ClaimError):
@@ -67,6 +79,7 @@ class Preparer:
         reader: ClaimReader,
         *,
         pool: str,
+        slicer: TimeSlicer,
         driver: str = DRIVER,
     ):
         self.checkpoint = checkpoint
@@ -74,6 +87,7 @@ class Preparer:
         self.devices = dict(devices)
         self.reader = reader
         self.pool = pool
+        self.slicer = slicer
         self.driver = driver
         # Held over every read and write of the checkpoint and the specs: a claim is never
         # prepared and unprepared at once. Never held over the API GET.
@@ -105,16 +119,28 @@ class Preparer:
             return prepared
         document = read_claim(self.reader, claim.namespace, claim.name, claim.uid)
         allocated = our_devices(document, self.driver, self.pool)
-        for config in our_configs(document, self.driver):
-            opaque.parse(config.parameters, config.where)
+        configs = [
+            (config, opaque.parse(config.parameters, config.where))
+            for config in our_configs(document, self.driver)
+        ]
         gpus = self._gpus(claim, [device.device for device in allocated])
+        slices = _time_slices(allocated, configs)
         with self._lock:
             started = self.checkpoint.begin(claim.uid, claim.namespace, claim.name)
             if started.state == COMPLETED:  # another call prepared it since the check above
                 return started.devices
+            for gpu in gpus:
+                if slices.get(gpu.name):
+                    self.slicer.apply(gpu.uuid, slices[gpu.name])
             ids = self.specs.write(claim.uid, gpus)
             devices = [
-                PreparedDevice(self.pool, gpu.name, _requests(allocated, gpu.name), (ids[gpu.name],))
+                PreparedDevice(
+                    self.pool,
+                    gpu.name,
+                    _requests(allocated, gpu.name),
+                    (ids[gpu.name],),
+                    slices.get(gpu.name, ""),
+                )
                 for gpu in gpus
             ]
             done = self.checkpoint.complete(claim.uid, devices)
@@ -123,7 +149,7 @@ class Preparer:
             claim.namespace,
             claim.name,
             claim.uid,
-            ", ".join(f"{gpu.name} ({gpu.uuid})" for gpu in gpus),
+            ", ".join(f"{gpu.name} ({gpu.uuid}{_sliced(slices.get(gpu.name))})" for gpu in gpus),
         )
         return done.devices
 
@@ -135,8 +161,13 @@ class Preparer:
                 return None
             if not self.specs.exists(claim.uid):
                 # CDI specs live on a tmpfs (/var/run) and the checkpoint does not: after a
-                # reboot the kubelet prepares its claims again, and finds their specs gone.
-                self.specs.write(claim.uid, self._gpus(claim, [device.device for device in known.devices]))
+                # reboot the kubelet prepares its claims again, and finds their specs gone
+                # (and the GPUs' time-slices back at the driver's default).
+                gpus = self._gpus(claim, [device.device for device in known.devices])
+                for device in known.devices:
+                    if device.time_slice:
+                        self.slicer.apply(self.devices[device.device].uuid, device.time_slice)
+                self.specs.write(claim.uid, gpus)
                 LOG.info(
                     "wrote the lost CDI spec of claim %s/%s (%s)", claim.namespace, claim.name, claim.uid
                 )
@@ -160,6 +191,9 @@ class Preparer:
             with self._lock:
                 # The spec goes even if the checkpoint lost the claim: nothing else removes it.
                 self.specs.remove(claim.uid)
+                known = self.checkpoint.get(claim.uid)
+                if known is not None:
+                    self._reset_time_slices(known)
                 self.checkpoint.forget(claim.uid)
         except (CdiError, CheckpointError) as error:
             LOG.warning(
@@ -168,6 +202,53 @@ class Preparer:
             return str(error)
         LOG.info("unprepared claim %s/%s (%s)", claim.namespace, claim.name, claim.uid)
         return ""
+
+    def _reset_time_slices(self, leaving: PreparedClaim) -> None:
+        """Default again on the GPUs where this claim set a time-slice and no other claim did."""
+        kept = {
+            device.device
+            for other in self.checkpoint.completed()
+            if other.uid != leaving.uid
+            for device in other.devices
+            if device.time_slice
+        }
+        for device in leaving.devices:
+            if not device.time_slice or device.device in kept:
+                continue
+            gpu = self.devices.get(device.device)
+            if gpu is None:  # NVML found it no more: nothing to set back
+                LOG.warning(
+                    "claim %s: %s is gone, its time-slice is not set back", leaving.uid, device.device
+                )
+                continue
+            try:
+                self.slicer.apply(gpu.uuid, DEFAULT)
+            except TimeSliceError as error:
+                LOG.warning("claim %s: setting the time-slice back failed: %s", leaving.uid, error)
+
+
+def _time_slices(
+    allocated: tuple[AllocatedDevice, ...], configs: list[tuple[OpaqueConfig, opaque.GpuConfig]]
+) -> dict[str, str]:
+    """Device name -> the time-slice interval its configuration asks for (time-sliced ones only).
+
+    A device takes the last configuration in the allocation's order (the class's, then the
+    claim's) that names one of its requests or names none, as NVIDIA's driver does.
+    """
+    slices: dict[str, str] = {}
+    for device in dict.fromkeys(result.device for result in allocated):
+        requests = set(_requests(allocated, device))
+        chosen = None
+        for config, parsed in configs:
+            if not config.requests or requests & set(config.requests):
+                chosen = parsed
+        if chosen is not None and chosen.sharing == "TimeSlicing":
+            slices[device] = chosen.interval
+    return slices
+
+
+def _sliced(interval: str | None) -> str:
+    return f", time-slice {interval}" if interval else ""
 
 
 def _requests(allocated: tuple[AllocatedDevice, ...], device: str) -> tuple[str, ...]:
