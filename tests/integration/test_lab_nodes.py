@@ -1443,6 +1443,27 @@ def refused_without_cdi(fleet):
     assert "containerd 1.7 with enable_cdi = true" in message, message
 
 
+SECOND_CLASS_TASK = "gpuops.k8s.device_plugin : Refuse a second DeviceClass for nvidia.com/gpu pods"
+
+
+def refused_a_second_gpu_class(fleet):
+    """Node 2, served by our DRA driver, moved straight to NVIDIA's (mode nvidia_dra): our
+    DeviceClass already serves nvidia.com/gpu pods, and NVIDIA's chart's gpu.nvidia.com would
+    too, of which the scheduler uses only the newer. Refused before anything changes."""
+    rc, tasks = playbook_on(
+        "site.yml", [FAULTED], fleet, tags="device_plugin", device_plugin_mode="nvidia_dra"
+    )
+    changed = [name for name, hosts in tasks if hosts.get(FAULTED, {}).get("changed")]
+    failed = [(name, hosts[FAULTED]) for name, hosts in tasks if hosts.get(FAULTED, {}).get("failed")]
+    assert rc != 0 and changed == [], (rc, changed)
+    assert [name for name, _result in failed] == [SECOND_CLASS_TASK], failed
+    message = " ".join(failed[0][1]["msg"].split())
+    assert (
+        "through DeviceClass gpu.nvidia.com, but DeviceClass nvidia-gpu.gpu.gpuops.k8s in the cluster does."
+    ) in message, message
+    assert "device_plugin_dra_extended_resource false on the nodes in mode dra" in message, message
+
+
 def validated_through_dra(fleet):
     """validate.yml on the DRA node: its test pod's claim got a GPU, NVML in the pod saw that
     one; doctor.yml on it finds nothing failing (registration, slice against NVML, classes)."""
@@ -1634,10 +1655,13 @@ def test_dra_serves_the_node_claims_and_unchanged_gpu_pods_through_restarts_and_
     asking for 200 GiB stays pending with the scheduler's reason; a shared claim's pods and
     two half-memory claims each share one GPU; kubelet and plugin restarts keep prepared
     claims; a lost GPU and an XID reach the pod's status and the slice, and both recover; the
-    uninstall leaves nothing of the driver behind; node 1's containerd 1.6 is refused. Then
-    NVIDIA's DRA driver serves node 2 through device_plugin_mode nvidia_dra, and goes again."""
+    uninstall leaves nothing of the driver behind; node 1's containerd 1.6 is refused, and so
+    is a move straight to NVIDIA's driver while our DeviceClass serves nvidia.com/gpu pods.
+    Then NVIDIA's DRA driver serves node 2 through device_plugin_mode nvidia_dra, and goes
+    again."""
     refused_without_cdi(fleet)
     devices = move_to_dra(nodes, fleet)
+    refused_a_second_gpu_class(fleet)
     validated_through_dra(fleet)
     pods = ["dra-80g", "dra-unchanged", "dra-200g", "dra-after"]
     sharing = ["dra-shared-a", "dra-shared-b", "dra-half-a", "dra-half-b"]
