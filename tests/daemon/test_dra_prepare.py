@@ -376,6 +376,61 @@ def test_nvidias_own_nvidia_smi_sets_a_time_slice_on_nvidias_mock(monkeypatch):
     assert "No devices were found" in str(refused.value)
 
 
+MIG_UUID = "MIG-3f1e0c1b-7d4a-5e2f-9a8b-1c2d3e4f5a6b"
+# A GPU with MIG enabled, gpu-8: one MIG device (GPU instance 2, compute instance 0).
+MIG_GPU = {
+    "index": 8,
+    "uuid": "GPU-8c2f4b1e-0000-4000-8000-00000000a100",
+    "mig": {
+        "current": "enabled",
+        "devices": [{"uuid": MIG_UUID, "gpu_instance_id": 2, "compute_instance_id": 0}],
+    },
+}
+# How nvidia-ctk's spec names a MIG device besides "<gpu>:<mig>": by its MIG UUID
+# (pkg/nvcdi/namer.go, deviceNameUUID.GetMigDeviceName), with its own device nodes.
+MIG_EDITS = {
+    "deviceNodes": [
+        {"path": "/dev/nvidia8"},
+        {"path": "/dev/nvidia-caps/nvidia-cap21"},
+        {"path": "/dev/nvidia-caps/nvidia-cap22"},
+    ]
+}
+
+
+def with_mig_device(node):
+    spec = json.loads(node.toolkit.read_text())
+    spec["devices"].append({"name": MIG_UUID, "containerEdits": MIG_EDITS})
+    node.toolkit.write_text(json.dumps(spec))
+    return {**GPUS, **gpu_devices([MIG_GPU])}
+
+
+def test_a_claim_on_a_mig_device_gets_the_toolkits_edits_of_that_mig_device(node):
+    devices = with_mig_device(node)
+    train = claim("train", [("gpu", "gpu-8-mig-2-0")])
+
+    (result,) = node.preparer(Claims(train), devices=devices).prepare([named(train)]).values()
+
+    assert result.error == ""
+    assert result.devices[0].cdi_device_ids == (cdi_id(train, "gpu-8-mig-2-0"),)
+    assert node.spec(train["metadata"]["uid"])["devices"] == [
+        {"name": f"{train['metadata']['uid']}-gpu-8-mig-2-0", "containerEdits": MIG_EDITS}
+    ]
+
+
+def test_a_time_slice_on_a_mig_device_is_refused(node):
+    devices = with_mig_device(node)
+    train = claim("train", [("gpu", "gpu-8-mig-2-0")], configs=[(("gpu",), TIME_SLICED)])
+
+    (result,) = node.preparer(Claims(train), devices=devices).prepare([named(train)]).values()
+
+    assert result.error == (
+        "status.allocation.devices.config[0].opaque.parameters.sharing: 'TimeSlicing' is not valid;"
+        " time-slicing applies to whole GPUs, and gpu-8-mig-2-0 is a MIG device of gpu-8:"
+        " leave this request's config without sharing"
+    )
+    assert node.nvidia_smi.calls == [] and node.specs() == []
+
+
 def test_every_claim_is_answered_when_some_fail(node):
     good = claim("good", [("gpus", "gpu-0")])
     elsewhere = claim("elsewhere", [("gpus", "gpu-1")], pool="node-b")

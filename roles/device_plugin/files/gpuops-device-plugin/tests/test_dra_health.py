@@ -51,6 +51,21 @@ def test_every_device_is_reported_with_its_health():
     assert {r.updated for r in reports} == {1700000000}
 
 
+def test_a_mig_device_is_as_healthy_as_its_gpu():
+    migs = {
+        "current": "enabled",
+        "devices": [{"uuid": "MIG-0", "gpu_instance_id": 1, "compute_instance_id": 0}],
+    }
+    devices = gpu_devices([{"index": 0, "uuid": "GPU-0", "mig": migs}, {"index": 1, "uuid": "GPU-1"}])
+    state = HealthState()
+    state.mark(["GPU-0"], False, "XID 79 on GPU GPU-0")
+
+    assert statuses(health.report(devices, "node-a", state, now=0)) == [
+        ("node-a", "gpu-0-mig-1-0", "UNHEALTHY", "XID 79 on GPU GPU-0"),
+        ("node-a", "gpu-1", "HEALTHY", ""),
+    ]
+
+
 def test_devices_nobody_watches_are_unknown():
     reports = health.report(DEVICES, "node-a", HealthState(), now=0, watched=False)
     assert {(r.status, r.message) for r in reports} == {("UNKNOWN", health.NOT_WATCHED)}

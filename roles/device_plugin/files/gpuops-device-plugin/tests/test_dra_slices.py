@@ -285,6 +285,15 @@ def test_a_gpu_with_mig_offers_its_mig_devices_instead_of_itself():
     assert found["gpu-0-mig-2-0"]["taints"][0]["value"] == "43"
 
 
+def test_a_mig_device_is_tainted_with_its_gpu():
+    """The health watcher records a GPU's XIDs and loss by the GPU's UUID."""
+    found = devices_of(build(mig_facts(), {H100_UUIDS[0]: "GPU is lost"}))
+    assert [name for name, device in found.items() if "taints" in device] == [
+        "gpu-0-mig-1-0",
+        "gpu-0-mig-2-0",
+    ]
+
+
 def test_a_mig_device_without_instance_ids_is_refused_by_name():
     facts = mig_facts()
     facts["gpus"][0]["mig"]["devices"][0]["compute_instance_id"] = None

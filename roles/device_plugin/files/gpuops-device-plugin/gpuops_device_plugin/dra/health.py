@@ -47,8 +47,9 @@ def report(
     for name, device in devices.items():
         if not watched:
             status, message = UNKNOWN, NOT_WATCHED
-        elif device.uuid in unhealthy:
-            status, message = UNHEALTHY, unhealthy[device.uuid]
+        elif device.uuid in unhealthy or device.gpu_uuid in unhealthy:
+            # A MIG device is as healthy as its GPU, whose XIDs and loss the watcher records.
+            status, message = UNHEALTHY, unhealthy.get(device.uuid) or unhealthy[device.gpu_uuid]
         else:
             status, message = HEALTHY, ""
         reports.append(DeviceHealth(pool, name, status, _cut(message), int(now)))

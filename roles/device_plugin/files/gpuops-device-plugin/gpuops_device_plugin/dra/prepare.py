@@ -37,7 +37,7 @@ from .claims import (
     our_devices,
     read_claim,
 )
-from .devices import DRIVER, GpuDevice
+from .devices import DRIVER, GpuDevice, device_name
 from .timeslice import DEFAULT, TimeSliceError, TimeSlicer
 
 __all__ = ["Claim", "PrepareResult", "Preparer", "UnknownDevice"]
@@ -125,6 +125,15 @@ class Preparer:
         ]
         gpus = self._gpus(claim, [device.device for device in allocated])
         slices = _time_slices(allocated, configs)
+        for gpu in gpus:
+            if gpu.parent_uuid and gpu.name in slices:
+                # nvidia-smi sets a time-slice per GPU; NVIDIA's API has none for MIG devices either.
+                raise opaque.OpaqueConfigError(
+                    _config_for(allocated, configs, gpu.name).where + ".sharing",
+                    "TimeSlicing",
+                    f"time-slicing applies to whole GPUs, and {gpu.name} is a MIG device of"
+                    f" {device_name(gpu.index)}: leave this request's config without sharing",
+                )
         with self._lock:
             started = self.checkpoint.begin(claim.uid, claim.namespace, claim.name)
             if started.state == COMPLETED:  # another call prepared it since the check above
@@ -237,14 +246,28 @@ def _time_slices(
     """
     slices: dict[str, str] = {}
     for device in dict.fromkeys(result.device for result in allocated):
-        requests = set(_requests(allocated, device))
-        chosen = None
-        for config, parsed in configs:
-            if not config.requests or requests & set(config.requests):
-                chosen = parsed
-        if chosen is not None and chosen.sharing == "TimeSlicing":
-            slices[device] = chosen.interval
+        chosen = _config_for(allocated, configs, device)
+        if chosen is not None and chosen.parsed.sharing == "TimeSlicing":
+            slices[device] = chosen.parsed.interval
     return slices
+
+
+@dataclasses.dataclass(frozen=True)
+class _Chosen:
+    where: str
+    parsed: opaque.GpuConfig
+
+
+def _config_for(
+    allocated: tuple[AllocatedDevice, ...], configs: list[tuple[OpaqueConfig, opaque.GpuConfig]], device: str
+) -> _Chosen | None:
+    """The configuration a device takes: the last that names one of its requests or names none."""
+    requests = set(_requests(allocated, device))
+    chosen = None
+    for config, parsed in configs:
+        if not config.requests or requests & set(config.requests):
+            chosen = _Chosen(config.where, parsed)
+    return chosen
 
 
 def _sliced(interval: str | None) -> str:

@@ -46,7 +46,7 @@ import re
 from collections.abc import Mapping
 from datetime import datetime, timezone
 
-from .devices import DRIVER, device_name
+from .devices import DRIVER, device_name, mig_device_name, mig_ids
 
 STANDARD_DOMAIN = "resource.kubernetes.io/"  # upstream's standard attributes (deviceattribute)
 
@@ -135,17 +135,18 @@ def build_devices(facts: Mapping, unhealthy: Mapping[str, str], now: datetime) -
     gpus = sorted(facts["gpus"], key=lambda g: g["index"])
     domains = nvlink_domains(gpus, facts.get("links") or [])
     system = facts["system"]
-    offered = []  # (uuid, device)
+    offered = []  # (uuids whose health is the device's: its own, and its GPU's; device)
     for gpu in gpus:
         migs = gpu.get("mig") or {}
         if migs.get("current") == "enabled":
             parts = sorted(migs.get("devices") or [], key=lambda mig, gpu=gpu: _mig_ids(gpu, mig))
-            offered.extend((mig["uuid"], _mig_device(gpu, mig, system)) for mig in parts)
+            offered.extend(((mig["uuid"], gpu["uuid"]), _mig_device(gpu, mig, system)) for mig in parts)
         else:
-            offered.append((gpu["uuid"], _gpu_device(gpu, system, domains.get(gpu["index"]))))
-    for uuid, device in offered:
-        if uuid in unhealthy:
-            device["taints"] = [taint_for(unhealthy[uuid], now)]
+            offered.append(((gpu["uuid"],), _gpu_device(gpu, system, domains.get(gpu["index"]))))
+    for uuids, device in offered:
+        reasons = [unhealthy[uuid] for uuid in uuids if uuid in unhealthy]
+        if reasons:
+            device["taints"] = [taint_for(reasons[0], now)]
         count = len(device["attributes"]) + len(device["capacity"])
         if count > MAX_ATTRIBUTES_AND_CAPACITIES:
             raise TooManyAttributes(
@@ -238,8 +239,7 @@ def _gpu_device(gpu: dict, system: Mapping, domain: str | None) -> dict:
 
 
 def _mig_device(gpu: dict, mig: dict, system: Mapping) -> dict:
-    gi, ci = _mig_ids(gpu, mig)
-    name = f"{device_name(gpu['index'])}-mig-{gi}-{ci}"
+    name = mig_device_name(gpu["index"], *_mig_ids(gpu, mig))
     attributes = _common_attributes(name, gpu, system)
     attributes["type"] = {"string": "mig"}
     attributes["uuid"] = _string_attribute(name, "uuid", mig["uuid"])
@@ -255,11 +255,11 @@ def _mig_device(gpu: dict, mig: dict, system: Mapping) -> dict:
 
 def _mig_ids(gpu: dict, mig: dict) -> tuple[int, int]:
     """The MIG device's GPU and compute instance IDs, which make its name."""
-    gi, ci = mig.get("gpu_instance_id"), mig.get("compute_instance_id")
-    if gi is None or ci is None:
+    ids = mig_ids(mig)
+    if ids is None:
         where = f"MIG {mig['uuid']} on {device_name(gpu['index'])}"
         raise SliceSpecError(where, "name", "NVML gave no GPU or compute instance ID")
-    return gi, ci
+    return ids
 
 
 def _common_attributes(name: str, gpu: dict, system: Mapping) -> dict:
