@@ -431,7 +431,13 @@ _RULES = (
     ("node_ready", ("node",), ("node_name", "runtime_service", "kubelet_service"), running.node_ready, False),
     # The device plugin's rules are silent on a node our DRA driver serves; the DRA rules on the others.
     ("plugin", ("gpu", "node_state"), ("plugin_dir", "resource"), dra.device_plugin_only(_plugin), False),
-    ("plugin", ("gpu", "node_state"), ("dra_driver", "dra_registration_socket"), dra.plugin, False),
+    (
+        "plugin",
+        ("gpu", "node_state"),
+        ("dra_driver", "dra_registration_socket", "dra_mode", "dra_namespace"),
+        dra.plugin,
+        False,
+    ),
     # A Node missing from the cluster is reported even where allocatable is skipped.
     ("allocatable", ("node",), ("node_name",), _node_missing, True),
     # Node-local: what the kubelet's checkpoint holds for GPUs NVML does not list (no Node needed).
@@ -446,7 +452,7 @@ _RULES = (
     (
         "allocatable",
         ("gpu", "node_state", "slices"),
-        ("node_name", "dra_driver", "dra_registration_socket"),
+        ("node_name", "dra_driver", "dra_registration_socket", "dra_mode", "dra_namespace"),
         dra.allocatable,
         False,
     ),
@@ -460,7 +466,7 @@ _RULES = (
     (
         "dra",
         ("gpu", "node_state", "device_classes"),
-        ("dra_device_class", "dra_extended_class", "dra_registration_socket"),
+        ("dra_device_class", "dra_extended_class", "dra_registration_socket", "dra_mode"),
         dra.device_classes,
         False,
     ),
@@ -474,7 +480,7 @@ _RULES = (
     (
         "dra",
         ("gpu", "node_state"),
-        ("node_name", "dra_driver", "dra_registration_socket"),
+        ("node_name", "dra_driver", "dra_registration_socket", "dra_mode"),
         dra.runtime_cdi,
         False,
     ),
@@ -485,8 +491,11 @@ _RULES = (
 SETTINGS = tuple(sorted({name for rule in _RULES for name in rule[2]}))
 
 # The DRA rules' settings where a caller gives none (a playbook written before mode dra): our
-# driver's names and the kubelet's default registry (device_plugin's vars/main.yml).
+# driver's names and the kubelet's default registry (device_plugin's vars/main.yml), and the
+# namespace NVIDIA's driver goes to in mode nvidia_dra (device_plugin_nvidia_dra_namespace).
 DRA_DEFAULTS = {
+    "dra_mode": "dra",
+    "dra_namespace": "dra-driver-nvidia-gpu",
     "dra_driver": "gpu.gpuops.k8s",
     "dra_registration_socket": "/var/lib/kubelet/plugins_registry/gpu.gpuops.k8s-reg.sock",
     "dra_device_class": "gpu.gpuops.k8s",

@@ -2,7 +2,8 @@
 # Copyright (c) gpuops.k8s contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The GPU doctor's rules for a node whose GPUs our DRA driver serves (device_plugin_mode dra):
+"""The GPU doctor's rules for a node whose GPUs a DRA driver serves (device_plugin_mode dra, ours,
+or nvidia_dra, NVIDIA's: settings' dra_mode words the fixes):
 the driver's registration with the kubelet (plugin), its ResourceSlice against the GPUs NVML
 lists and a device plugin's nvidia.com/gpu left in the Node's status (allocatable), the
 DeviceClasses, the cluster's DRA API and gates, and whether the node's container runtime
@@ -34,6 +35,37 @@ from ansible_collections.gpuops.k8s.plugins.module_utils._kubelet import parse_v
 DRA_GA = (1, 34)
 
 _DAEMON_LOG = "systemctl status gpuops-device-plugin and journalctl -u gpuops-device-plugin"
+# NVIDIA's DRA driver (device_plugin_mode nvidia_dra): its kubelet plugin pod, by its chart's label.
+_NVIDIA_POD = "-l dra-driver-nvidia-gpu-component=kubelet-plugin --field-selector spec.nodeName=%s"
+
+
+def _mode(settings):
+    """The device_plugin role's mode that serves the node through DRA: dra, or nvidia_dra."""
+    return settings.get("dra_mode") or "dra"
+
+
+def _logs(settings):
+    """Where the serving driver says why it does not serve."""
+    if _mode(settings) == "nvidia_dra":
+        return "kubectl -n %s logs %s (NVIDIA's kubelet plugin)" % (
+            settings.get("dra_namespace") or "dra-driver-nvidia-gpu",
+            _NVIDIA_POD % settings.get("node_name", "<node>"),
+        )
+    return _DAEMON_LOG
+
+
+def _restart(settings):
+    """How the serving driver is started again on the node."""
+    if _mode(settings) == "nvidia_dra":
+        return (
+            "delete NVIDIA's kubelet plugin pod on the node (kubectl -n %s delete pod %s; its DaemonSet "
+            "starts it again)"
+            % (
+                settings.get("dra_namespace") or "dra-driver-nvidia-gpu",
+                _NVIDIA_POD % settings.get("node_name", "<node>"),
+            )
+        )
+    return "restart gpuops-device-plugin"
 
 
 def is_dra(obs, settings):
@@ -67,23 +99,33 @@ def plugin(obs, settings):
             FAIL,
             "the DRA driver %s serves %s registration socket %s: the kubelet cannot prepare the node's "
             "ResourceClaims, so no pod gets its GPUs" % (settings["dra_driver"], what, path),
-            "%s say why the daemon does not serve (its credentials, NVIDIA's CDI spec); start it, or run "
-            "role device_plugin (device_plugin_mode dra), which fails with its last warnings" % _DAEMON_LOG,
+            "%s say why the driver does not serve (its credentials, NVIDIA's CDI spec, the driver's "
+            "nvidia-smi and NVML); %s, or run role device_plugin (device_plugin_mode %s), which fails "
+            "with its last warnings" % (_logs(settings), _restart(settings), _mode(settings)),
         )
     ]
 
 
-_GONE_FIX = (
-    "NVML leaves out a GPU whose device node is gone (see device_nodes) or that fell off the bus: recreate "
-    "the node (nvidia-modprobe -c <minor>), or drain the node and reset or replace the GPU; restart "
-    "gpuops-device-plugin if its slice keeps offering it"
-)
-_TAINTED_FIX = (
-    "the daemon taints a device it finds unhealthy (the key says why: xid, lost, unhealthy; see nvml and "
-    "device_nodes) and lifts the taint once the GPU answers again for its quiet period; drain the node and "
-    "reset (nvidia-smi -r) or replace a GPU that stays tainted; a GPU not published at all: restart "
-    "gpuops-device-plugin (%s)" % _DAEMON_LOG
-)
+def _gone_fix(settings):
+    return (
+        "NVML leaves out a GPU whose device node is gone (see device_nodes) or that fell off the bus: "
+        "recreate the node (nvidia-modprobe -c <minor>), or drain the node and reset or replace the GPU; "
+        "%s if its slice keeps offering it" % _restart(settings)
+    )
+
+
+def _tainted_fix(settings):
+    if _mode(settings) == "nvidia_dra":
+        lifted = "NVIDIA's driver never lifts its taints: once the GPU is sound again, %s" % _restart(
+            settings
+        )
+    else:
+        lifted = "the daemon lifts the taint once the GPU answers again for its quiet period"
+    return (
+        "the driver taints a device it finds unhealthy (the key says why; see nvml and device_nodes); "
+        "%s; drain the node and reset (nvidia-smi -r) or replace a GPU that stays tainted; a GPU not "
+        "published at all: %s (%s)" % (lifted, _restart(settings), _logs(settings))
+    )
 
 
 def allocatable(obs, settings):
@@ -99,9 +141,9 @@ def allocatable(obs, settings):
                 FAIL,
                 "the DRA driver %s publishes no ResourceSlice for node %s: no claim can be allocated its GPUs"
                 % (driver, node),
-                "the daemon publishes its slice at start and again whenever the kubelet deletes it: %s "
-                "(credentials the API server refuses: its kubeconfig must be the node's, for the Node "
-                "authorizer); see plugin and services" % _DAEMON_LOG,
+                "the driver publishes its slice at start and again whenever the kubelet deletes it: %s "
+                "(credentials the API server refuses; the driver finding no GPU through NVML); see plugin "
+                "and services" % _logs(settings),
             )
         ]
     found = []
@@ -113,7 +155,7 @@ def allocatable(obs, settings):
                 FAIL,
                 "the ResourceSlice of %s offers GPUs that NVML no longer lists: %s"
                 % (driver, listing(names, 4)),
-                _GONE_FIX,
+                _gone_fix(settings),
             )
         )
     if offer.not_offered:
@@ -134,7 +176,7 @@ def allocatable(obs, settings):
                 FAIL,
                 "the ResourceSlice of %s for node %s offers %d of the %d GPUs NVML lists untainted: %s"
                 % (driver, node, offer.offered, len(offer.gpus), "; ".join(parts)),
-                _TAINTED_FIX,
+                _tainted_fix(settings),
             )
         )
     return found
@@ -195,7 +237,8 @@ def device_classes(obs, settings):
                 FAIL,
                 "DeviceClass %s does not exist: claims for the driver's GPUs name it, and none can be "
                 "allocated" % name,
-                "run role device_plugin (device_plugin_mode dra), which applies the driver's DeviceClasses",
+                "run role device_plugin (device_plugin_mode %s), which applies the driver's DeviceClasses"
+                % _mode(settings),
             )
         )
     extended = settings["dra_extended_class"]
@@ -208,8 +251,12 @@ def device_classes(obs, settings):
                     WARN,
                     "DeviceClass %s does not exist: pods asking for nvidia.com/gpu without a claim get no "
                     "GPU on this node" % extended,
-                    "run role device_plugin (device_plugin_mode dra, "
-                    "device_plugin_dra_extended_resource true)",
+                    "run role device_plugin (device_plugin_mode %s)"
+                    % (
+                        "nvidia_dra"
+                        if _mode(settings) == "nvidia_dra"
+                        else "dra, device_plugin_dra_extended_resource true"
+                    ),
                 )
             )
         elif not (stored.get("spec") or {}).get("extendedResourceName"):
@@ -281,8 +328,8 @@ def runtime_cdi(obs, settings):
             % (settings["node_name"], settings["dra_driver"], verdict["msg"]),
             "containerd 1.7 (or 2.x with CDI turned off): set container_runtime_enable_cdi: true and run "
             "role container_runtime (it sets enable_cdi and restarts containerd), then run role "
-            "device_plugin (device_plugin_mode dra) again; containerd 1.6, CRI-O before 1.23 or another "
+            "device_plugin (device_plugin_mode %s) again; containerd 1.6, CRI-O before 1.23 or another "
             "runtime: upgrade it to one the message names as valid. Then delete the pods that started on a "
-            "claim meanwhile, so that they start again with their GPUs",
+            "claim meanwhile, so that they start again with their GPUs" % _mode(settings),
         )
     ]

@@ -2,9 +2,9 @@
 # Copyright (c) gpuops.k8s contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""What a node in device_plugin_mode dra offers, read from registered results: which mechanism
-serves the node, the devices its driver publishes in its ResourceSlices, and the GPUs a
-ResourceClaim was allocated.
+"""What a node whose GPUs a DRA driver serves offers (device_plugin_mode dra, gpuops's driver,
+or nvidia_dra, NVIDIA's), read from registered results: which mechanism serves the node, the
+devices its driver publishes in its ResourceSlices, and the GPUs a ResourceClaim was allocated.
 
 Private to the gpuops.k8s collection. Pure: no I/O, no Ansible objects. The gpu_doctor rules
 (_doctor_dra) and the gpuops.k8s.dra_* filters (gpu_validation) read the same view.
@@ -18,15 +18,17 @@ from ansible_collections.gpuops.k8s.plugins.module_utils._doctor_base import res
 
 DRA = "dra"
 DEVICE_PLUGIN = "device_plugin"
+# The device_plugin role's modes that serve the node's GPUs through a DRA driver.
+DRA_MODES = (DRA, "nvidia_dra")
 
 
 def serving_mode(gpu, node_state, registration_socket):
     """V(dra) or V(device_plugin): what the device_plugin role recorded it serves on the node
-    (gpu_info's device_plugin.mode), else, on a node without a record, whether the DRA driver's
-    registration socket is there (node_state_info's paths)."""
+    (gpu_info's device_plugin.mode; V(dra) for either DRA mode), else, on a node without a
+    record, whether the DRA driver's registration socket is there (node_state_info's paths)."""
     mode = ((gpu or {}).get("device_plugin") or {}).get("mode")
     if mode is not None:
-        return DRA if mode == DRA else DEVICE_PLUGIN
+        return DRA if mode in DRA_MODES else DEVICE_PLUGIN
     entry = ((node_state or {}).get("paths") or {}).get(registration_socket) or {}
     return DRA if entry.get("type") == "socket" else DEVICE_PLUGIN
 

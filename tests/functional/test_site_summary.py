@@ -71,6 +71,13 @@ def test_the_plugin_column_says_registered_only_when_the_doctor_checked_it(
     assert row["PLUGIN"] == plugin, row
 
 
+def test_a_node_of_nvidias_dra_driver_says_so(tmp_path):
+    # The record says nvidia_dra; the doctor found it a DRA node (gpu_serving_mode).
+    gpu = {**H100, "device_plugin": {"source": "record", "mode": "nvidia_dra"}}
+    row = summary_row(tmp_path, gpu, mode="dra", allocatable="8 (DRA)")
+    assert (row["PLUGIN"], row["ALLOCATABLE"]) == ("registered (NVIDIA DRA driver)", "8 (DRA)"), row
+
+
 def test_a_dra_node_says_its_driver_and_the_gpus_its_slice_offers(tmp_path):
     # Mode dra as the doctor found it (here by the socket: no record), its allocatable as the doctor
     # counts it (roles/gpu_doctor/tasks/main.yml: GPUs an untainted device offers).

@@ -29,6 +29,8 @@ SETTINGS = {
     "kubelet_service": "kubelet",
     "plugin_service": "gpuops-device-plugin",
     "drift_guard_units": GUARD_UNITS,
+    "dra_mode": "dra",
+    "dra_namespace": "dra-driver-nvidia-gpu",
     "dra_driver": "gpu.gpuops.k8s",
     "dra_registration_socket": "/var/lib/kubelet/plugins_registry/gpu.gpuops.k8s-reg.sock",
     "dra_device_class": "gpu.gpuops.k8s",

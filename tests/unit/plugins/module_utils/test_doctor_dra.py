@@ -126,6 +126,7 @@ def test_the_device_plugin_findings_stay_on_a_device_plugin_node_without_the_soc
     "gpu, node_state, mode",
     [
         ({"device_plugin": {"mode": "dra"}}, {}, view.DRA),
+        ({"device_plugin": {"mode": "nvidia_dra"}}, {}, view.DRA),
         ({"device_plugin": {"mode": "gpuops"}}, {"paths": {SOCKET: {"type": "socket"}}}, view.DEVICE_PLUGIN),
         ({"device_plugin": {"mode": None}}, {"paths": {SOCKET: {"type": "socket"}}}, view.DRA),
         ({"device_plugin": {"mode": None}}, {"paths": {SOCKET: {"type": "missing"}}}, view.DEVICE_PLUGIN),
@@ -145,9 +146,74 @@ def test_no_registration_socket(socket, what):
         "message": "the DRA driver gpu.gpuops.k8s serves %s registration socket %s: the kubelet cannot "
         "prepare the node's ResourceClaims, so no pod gets its GPUs" % (what, SOCKET),
         "fix": "systemctl status gpuops-device-plugin and journalctl -u gpuops-device-plugin say why the "
-        "daemon does not serve (its credentials, NVIDIA's CDI spec); start it, or run role device_plugin "
-        "(device_plugin_mode dra), which fails with its last warnings",
+        "driver does not serve (its credentials, NVIDIA's CDI spec, the driver's nvidia-smi and NVML); "
+        "restart gpuops-device-plugin, or run role device_plugin (device_plugin_mode dra), which fails with "
+        "its last warnings",
     }
+
+
+NVIDIA = {
+    "dra_driver": "gpu.nvidia.com",
+    "dra_mode": "nvidia_dra",
+    "dra_namespace": "dra-driver-nvidia-gpu",
+    "dra_registration_socket": "/var/lib/kubelet/plugins_registry/gpu.nvidia.com-reg.sock",
+    "dra_device_class": "gpu.nvidia.com",
+    "dra_extended_class": "gpu.nvidia.com",
+}
+NVIDIA_POD = "-l dra-driver-nvidia-gpu-component=kubelet-plugin --field-selector spec.nodeName=gpu-01"
+
+
+def nvidia_dra_node(**changes):
+    """The same node served by NVIDIA's DRA driver (device_plugin_mode nvidia_dra)."""
+    observed = dra_node(mode="nvidia_dra")
+    observed["node_state"]["paths"] = {
+        RUNTIME: observed["node_state"]["paths"][RUNTIME],
+        NVIDIA["dra_registration_socket"]: {"exists": True, "type": "socket", "executable": False},
+    }
+    for item in observed["slices"]["resources"]:
+        item["spec"]["driver"] = "gpu.nvidia.com"
+    observed["device_classes"] = classes(device_class("gpu.nvidia.com", RESOURCE))
+    observed.update(changes)
+    return observed
+
+
+def test_a_healthy_node_of_nvidias_dra_driver_has_no_findings():
+    """Not judged as a device plugin node (no nvidia.com/gpu allocatable, no plugin socket)."""
+    assert diagnose(nvidia_dra_node(), **NVIDIA) == []
+
+
+def test_nvidias_driver_not_registered_names_its_pod_and_mode():
+    observed = nvidia_dra_node()
+    observed["node_state"]["paths"][NVIDIA["dra_registration_socket"]] = {"exists": False, "type": "missing"}
+    found = only(diagnose(observed, **NVIDIA))
+    assert (found["check"], found["severity"]) == ("plugin", "fail")
+    assert found["message"].startswith("the DRA driver gpu.nvidia.com serves no registration socket")
+    assert found["fix"] == (
+        "kubectl -n dra-driver-nvidia-gpu logs %s (NVIDIA's kubelet plugin) say why the driver does not "
+        "serve (its credentials, NVIDIA's CDI spec, the driver's nvidia-smi and NVML); delete NVIDIA's "
+        "kubelet plugin pod on the node (kubectl -n dra-driver-nvidia-gpu delete pod %s; its DaemonSet "
+        "starts it again), or run role device_plugin (device_plugin_mode nvidia_dra), which fails with its "
+        "last warnings" % (NVIDIA_POD, NVIDIA_POD)
+    )
+
+
+def test_a_device_nvidias_driver_tainted_says_it_is_never_lifted():
+    lost = {"key": "gpu.nvidia.com/gpu-lost", "effect": "NoSchedule"}
+    observed = nvidia_dra_node()
+    observed["slices"]["resources"][0]["spec"]["devices"][1]["taints"] = [lost]
+    found = only(diagnose(observed, **NVIDIA))
+    assert found["check"] == "allocatable"
+    assert "tainted: gpu-1 (%s, gpu.nvidia.com/gpu-lost)" % uuid(1) in found["message"], found
+    assert (
+        "NVIDIA's driver never lifts its taints: once the GPU is sound again, delete NVIDIA's" in found["fix"]
+    )
+
+
+def test_nvidias_class_must_keep_its_extended_resource_name():
+    observed = nvidia_dra_node(device_classes=classes(device_class("gpu.nvidia.com")))
+    found = only(diagnose(observed, **NVIDIA))
+    assert (found["check"], found["severity"]) == ("dra", "warn")
+    assert found["message"].startswith("DeviceClass gpu.nvidia.com has no extendedResourceName")
 
 
 def test_no_slice_published():
@@ -159,7 +225,7 @@ def test_no_slice_published():
         "the DRA driver gpu.gpuops.k8s publishes no ResourceSlice for node gpu-01: no claim can be "
         "allocated its GPUs"
     )
-    assert found["fix"].startswith("the daemon publishes its slice at start and again whenever the kubelet")
+    assert found["fix"].startswith("the driver publishes its slice at start and again whenever the kubelet")
 
 
 def test_a_tainted_device_and_an_unpublished_gpu_are_named():
@@ -172,7 +238,10 @@ def test_a_tainted_device_and_an_unpublished_gpu_are_named():
         "the ResourceSlice of gpu.gpuops.k8s for node gpu-01 offers 2 of the 4 GPUs NVML lists untainted: "
         "tainted: gpu-1 (%s, gpu.gpuops.k8s/xid=79); not published: %s (GPU 3)" % (uuid(1), uuid(3))
     )
-    assert found["fix"].startswith("the daemon taints a device it finds unhealthy (the key says why")
+    assert found["fix"].startswith(
+        "the driver taints a device it finds unhealthy (the key says why; see nvml and device_nodes); the "
+        "daemon lifts the taint once the GPU answers again for its quiet period;"
+    )
 
 
 def test_a_device_for_a_gpu_nvml_no_longer_lists():
