@@ -124,16 +124,7 @@ class Preparer:
             for config in our_configs(document, self.driver)
         ]
         gpus = self._gpus(claim, [device.device for device in allocated])
-        slices = _time_slices(allocated, configs)
-        for gpu in gpus:
-            if gpu.parent_uuid and gpu.name in slices:
-                # nvidia-smi sets a time-slice per GPU; NVIDIA's API has none for MIG devices either.
-                raise opaque.OpaqueConfigError(
-                    _config_for(allocated, configs, gpu.name).where + ".sharing",
-                    "TimeSlicing",
-                    f"time-slicing applies to whole GPUs, and {gpu.name} is a MIG device of"
-                    f" {device_name(gpu.index)}: leave this request's config without sharing",
-                )
+        slices = _time_slices(allocated, configs, gpus)
         with self._lock:
             started = self.checkpoint.begin(claim.uid, claim.namespace, claim.name)
             if started.state == COMPLETED:  # another call prepared it since the check above
@@ -237,18 +228,30 @@ class Preparer:
 
 
 def _time_slices(
-    allocated: tuple[AllocatedDevice, ...], configs: list[tuple[OpaqueConfig, opaque.GpuConfig]]
+    allocated: tuple[AllocatedDevice, ...],
+    configs: list[tuple[OpaqueConfig, opaque.GpuConfig]],
+    gpus: list[GpuDevice],
 ) -> dict[str, str]:
     """Device name -> the time-slice interval its configuration asks for (time-sliced ones only).
 
     A device takes the last configuration in the allocation's order (the class's, then the
-    claim's) that names one of its requests or names none, as NVIDIA's driver does.
+    claim's) that names one of its requests or names none, as NVIDIA's driver does. A MIG
+    device's is refused: nvidia-smi sets a time-slice per GPU (NVIDIA's API has none for MIG
+    devices either).
     """
     slices: dict[str, str] = {}
-    for device in dict.fromkeys(result.device for result in allocated):
-        chosen = _config_for(allocated, configs, device)
-        if chosen is not None and chosen.parsed.sharing == "TimeSlicing":
-            slices[device] = chosen.parsed.interval
+    for gpu in gpus:
+        chosen = _config_for(allocated, configs, gpu.name)
+        if chosen is None or chosen.parsed.sharing != "TimeSlicing":
+            continue
+        if gpu.parent_uuid:
+            raise opaque.OpaqueConfigError(
+                chosen.where + ".sharing",
+                "TimeSlicing",
+                f"time-slicing applies to whole GPUs, and {gpu.name} is a MIG device of"
+                f" {device_name(gpu.index)}: leave this request's config without sharing",
+            )
+        slices[gpu.name] = chosen.parsed.interval
     return slices
 
 
