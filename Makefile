@@ -46,7 +46,8 @@ test: venv lab-deps sanity-deps lab-images lab-toolkit lab-cluster-deps lab-nvid
 	@# answers in seconds, and the two short gates stay nice only.
 	@# HOST_DRIVER_LOCK keeps the one test that installs a driver on this machine apart from
 	@# pytest and molecule's nvidia_* scenarios. Shared builds first, above.
-	@bash scripts/run-gates.sh bg:integration nice bg:idle:molecule pytest lint idle:ansible-lint idle:sanity idle:units build idle:ee idle:matrix
+	@bash scripts/run-gates.sh bg:integration nice bg:idle:molecule-gpu pytest lint idle:ansible-lint idle:sanity \
+	  idle:units build idle:ee idle:molecule-runtime idle:matrix
 
 .PHONY: lint
 lint: venv  ## ruff lint and format check; docs/variables.md up to date with the roles' specs
@@ -120,12 +121,26 @@ lab-nvidia-dra: lab-deps  ## NVIDIA's DRA driver for GPUs from its Go source, it
 	@bash lab/kube/helm.sh >/dev/null
 	@bash lab/kube/nvidia-dra-image.sh
 
-.PHONY: molecule
-molecule: venv lab-images lab-toolkit  ## molecule test for every scenario in extensions/molecule
-	cd extensions && for s in $(MOLECULE_SCENARIOS); do \
+# molecule test for each scenario in $(1), one after another, each with its time.
+define molecule_scenarios
+	cd extensions && for s in $(1); do \
 	  case $$s in nvidia_*) lock="flock -s $(HOST_DRIVER_LOCK)";; *) lock="";; esac; \
 	  start=$$(date +%s); $$lock molecule test -s $$s || exit 1; \
 	  echo "molecule: scenario $$s passed in $$(( $$(date +%s) - start )) s"; done
+endef
+
+.PHONY: molecule molecule-gpu molecule-runtime
+molecule: venv lab-images lab-toolkit  ## molecule test for every scenario in extensions/molecule
+	$(call molecule_scenarios,$(MOLECULE_SCENARIOS))
+
+# make test's two molecule parts: the nvidia_* scenarios from the start (they must end before
+# the integration lane installs a driver on this machine), the others later in the gates'
+# chain, where the lab's lane ends and leaves a core idle.
+molecule-gpu: venv lab-images lab-toolkit  ## molecule test for the nvidia_* scenarios
+	$(call molecule_scenarios,$(filter nvidia_%,$(MOLECULE_SCENARIOS)))
+
+molecule-runtime: venv lab-images lab-toolkit  ## molecule test for the other scenarios
+	$(call molecule_scenarios,$(filter-out nvidia_%,$(MOLECULE_SCENARIOS)))
 
 .PHONY: lab-cluster-deps
 lab-cluster-deps: lab-deps
@@ -151,12 +166,14 @@ lab-status: venv  ## The lab cluster's components and nodes
 
 .PHONY: integration
 integration: venv lab-cluster-deps  ## Integration tests against the lab cluster (real kubelet and API server)
-	@# The lab's Kubernetes nodes first: the single-host tests after them install the lab
-	@# driver package on this machine, whose NVML the functional tests (make pytest) must
-	@# not find if they run beside this. The slowest tests' times: where the next
-	@# minutes of make test are.
+	@# The lab's Kubernetes nodes first, the single-host tests after them, and last the one
+	@# that installs the lab driver package on this machine (test_driver_upgrade.py), whose
+	@# NVML the functional tests (make pytest) and molecule's nvidia_* scenarios must not
+	@# find: it waits for them (HOST_DRIVER_LOCK), and they have the most time to end. The
+	@# slowest tests' times: where the next minutes of make test are.
 	pytest --durations=25 tests/integration/test_lab_nodes.py \
-	  $(filter-out %/test_lab_nodes.py,$(wildcard tests/integration/test_*.py))
+	  $(filter-out %/test_lab_nodes.py %/test_driver_upgrade.py,$(wildcard tests/integration/test_*.py)) \
+	  tests/integration/test_driver_upgrade.py
 
 .PHONY: bench
 bench: venv  ## Benchmarks (not tests): see bench/README.md

@@ -165,11 +165,12 @@ def test_kubelet_restart_reregisters_and_allocatable_returns(lab, plugin):
         beat = datetime.datetime.fromisoformat(ready["lastHeartbeatTime"].replace("Z", "+00:00"))
         return beat >= restarted and node["status"]["allocatable"].get(RESOURCE) == "8"
 
-    # Ours registers within milliseconds of the new kubelet.sock, before the kubelet's first
-    # status update; NVIDIA's restarts its gRPC servers first and can miss that update, and
-    # then waits for the next one (nodeStatusUpdateFrequency, 10 s).
-    bound = 5 if plugin.kind == "gpuops" else 15
-    lab.wait("allocatable 8 reported by the restarted kubelet", eight_from_new_kubelet, bound)
+    # The behaviour, not its speed: the restarted kubelet reports the 8 GPUs again once the
+    # plugin registered anew. Ours usually does before the kubelet's first status update and
+    # NVIDIA's one update later (nodeStatusUpdateFrequency, 10 s); a bound of a few updates
+    # holds on a loaded machine too (5 s failed once beside make test's other lanes). The
+    # time is printed; bench/device_plugin.py measures it.
+    lab.wait("allocatable 8 reported by the restarted kubelet", eight_from_new_kubelet, 60)
     back_after = time.monotonic() - t0
     assert plugin.text().count(REGISTERED[plugin.kind]) > registrations, plugin.text()[-2000:]
     print("%s: allocatable back to 8 %.2f s after the kubelet restart began" % (plugin.kind, back_after))
