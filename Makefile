@@ -170,8 +170,9 @@ integration: venv lab-cluster-deps  ## Integration tests against the lab cluster
 	@# that installs the lab driver package on this machine (test_driver_upgrade.py), whose
 	@# NVML the functional tests (make pytest) and molecule's nvidia_* scenarios must not
 	@# find: it waits for them (HOST_DRIVER_LOCK), and they have the most time to end. The
-	@# slowest tests' times: where the next minutes of make test are.
-	pytest --durations=25 tests/integration/test_lab_nodes.py \
+	@# slowest tests' times: where the next minutes of make test are. -v: a line per test as
+	@# it ends (the lane runs for most of an hour; a dot per test shows only at the file's end).
+	pytest -v --durations=25 tests/integration/test_lab_nodes.py \
 	  $(filter-out %/test_lab_nodes.py %/test_driver_upgrade.py,$(wildcard tests/integration/test_*.py)) \
 	  tests/integration/test_driver_upgrade.py
 
