@@ -14,7 +14,10 @@
 # against the lab's podman nodes, its API server and the ssh masters, each a session or a
 # cgroup of its own, a nice-19 gate has an equal share, measured here 44/56 on one core
 # (in a shares-2 cgroup: 0.2/99.8). Only for gates that never wait on a clock: a gate
-# whose test times a daemon's answer stays nice only. Needs a writable cgroup-v1 cpu
+# whose test times a daemon's answer stays nice only. Nor for one that opens ssh to the
+# lab's nodes: the ControlPersist master it starts serves every later ansible run to that
+# node (~/.ansible/cp), and starved in this cgroup it lost their modules' output (seen:
+# "Shared connection to ... closed" with empty stdout, in half of the concurrent runs). Needs a writable cgroup-v1 cpu
 # hierarchy (this machine's); elsewhere it says so once and runs the gate at nice 19.
 set -uo pipefail
 declare -a names=() results=() times=()
