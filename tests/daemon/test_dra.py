@@ -51,8 +51,10 @@ class Node:
         self.endpoint = None
         self.clients = []
 
-    def start(self, api, devices=GPUS, refresh_s=10.0):
-        """Serve as a daemon starting now would: the checkpoint read from disk."""
+    def start(self, api, devices=None, refresh_s=10.0):
+        """Serve as a daemon starting now would: the checkpoint read from disk (GPUS unless
+        devices are given)."""
+        devices = GPUS if devices is None else devices
         os.makedirs(os.path.dirname(self.checkpoint), exist_ok=True)
         preparer = Preparer(
             Checkpoint.load(self.checkpoint),

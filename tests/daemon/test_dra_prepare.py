@@ -65,12 +65,13 @@ class Node:
         self.toolkit.write_text(json.dumps(toolkit_spec(H100_UUIDS)))  # JSON is YAML
         self.nvidia_smi = NvidiaSmi()
 
-    def preparer(self, reader, devices=GPUS):
-        """A Preparer as a fresh daemon makes one: the checkpoint read from disk."""
+    def preparer(self, reader, devices=None):
+        """A Preparer as a fresh daemon makes one: the checkpoint read from disk (the GPUS
+        unless devices are given)."""
         return Preparer(
             Checkpoint.load(self.checkpoint_path),
             ClaimSpecs(self.cdi_dir, str(self.toolkit)),
-            devices,
+            GPUS if devices is None else devices,
             reader,
             pool=POOL,
             # Any executable for the lookup; the calls go to the recorder.
