@@ -41,16 +41,18 @@ _NVIDIA_POD = "-l dra-driver-nvidia-gpu-component=kubelet-plugin --field-selecto
 
 def _mode(settings):
     """The device_plugin role's mode that serves the node through DRA: dra, or nvidia_dra."""
-    return settings.get("dra_mode") or "dra"
+    return settings["dra_mode"]
+
+
+def _nvidia_pod(settings):
+    """The namespace and the selector of NVIDIA's kubelet plugin pod on the node, for kubectl."""
+    return settings["dra_namespace"], _NVIDIA_POD % settings.get("node_name", "<node>")
 
 
 def _logs(settings):
     """Where the serving driver says why it does not serve."""
     if _mode(settings) == "nvidia_dra":
-        return "kubectl -n %s logs %s (NVIDIA's kubelet plugin)" % (
-            settings.get("dra_namespace") or "dra-driver-nvidia-gpu",
-            _NVIDIA_POD % settings.get("node_name", "<node>"),
-        )
+        return "kubectl -n %s logs %s (NVIDIA's kubelet plugin)" % _nvidia_pod(settings)
     return _DAEMON_LOG
 
 
@@ -59,11 +61,7 @@ def _restart(settings):
     if _mode(settings) == "nvidia_dra":
         return (
             "delete NVIDIA's kubelet plugin pod on the node (kubectl -n %s delete pod %s; its DaemonSet "
-            "starts it again)"
-            % (
-                settings.get("dra_namespace") or "dra-driver-nvidia-gpu",
-                _NVIDIA_POD % settings.get("node_name", "<node>"),
-            )
+            "starts it again)" % _nvidia_pod(settings)
         )
     return "restart gpuops-device-plugin"
 
