@@ -47,7 +47,7 @@ test: venv lab-deps sanity-deps lab-images lab-toolkit lab-cluster-deps lab-nvid
 	@# HOST_DRIVER_LOCK keeps the one test that installs a driver on this machine apart from
 	@# pytest and molecule's nvidia_* scenarios. Shared builds first, above.
 	@bash scripts/run-gates.sh bg:integration nice bg:idle:molecule-gpu pytest lint idle:ansible-lint idle:sanity \
-	  idle:units build idle:ee idle:molecule-runtime idle:matrix
+	  idle:units build idle:ee bg:idle:matrix idle:molecule-runtime
 
 .PHONY: lint
 lint: venv  ## ruff lint and format check; docs/variables.md up to date with the roles' specs
@@ -93,7 +93,7 @@ matrix: venv sanity-deps  ## ansible-test sanity and units on every other suppor
 
 .PHONY: pytest
 pytest: venv lab-deps  ## pytest: tests/functional (the ansible CLI, real libraries), the daemon's unit tests and tests/daemon
-	flock -s $(HOST_DRIVER_LOCK) pytest
+	flock -s $(HOST_DRIVER_LOCK) pytest --durations=25
 
 .PHONY: build
 build: venv  ## Build the collection tarball and install it into a clean collections path

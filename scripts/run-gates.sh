@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Run the named make targets one after another, all of them even when one fails, then
-# print how long each took and exit non-zero if any failed.
+# print when each started and ended and exit non-zero if any failed. Each gate's output
+# also goes to .build/gates/NAME.log; the end of a failed gate's (pytest's summary of its
+# failures where there is one) comes again after the summary, so a log cut to its last
+# screens still says what failed.
 #
 #   run-gates.sh lint sanity bg:molecule pytest wait integration
 #
@@ -17,13 +20,16 @@
 # whose test times a daemon's answer stays nice only. Nor for one that opens ssh to the
 # lab's nodes: the ControlPersist master it starts serves every later ansible run to that
 # node (~/.ansible/cp), and starved in this cgroup it lost their modules' output (seen:
-# "Shared connection to ... closed" with empty stdout, in half of the concurrent runs). Needs a writable cgroup-v1 cpu
-# hierarchy (this machine's); elsewhere it says so once and runs the gate at nice 19.
+# "Shared connection to ... closed" with empty stdout, in half of the concurrent runs).
+# Needs a writable cgroup-v1 cpu hierarchy (this machine's); elsewhere it says so once and
+# runs the gate at nice 19.
 set -uo pipefail
-declare -a names=() results=() times=()
-declare -A bg_pid=() bg_start=()
+declare -a names=() results=() starts=() ends=()
+declare -A bg_gate=() bg_start=()
 status=0
 begin=$(date +%s)
+LOG_DIR=.build/gates
+rm -rf "$LOG_DIR" && mkdir -p "$LOG_DIR"
 
 IDLE_CGROUP=/sys/fs/cgroup/cpu/gpuops-gates-idle
 idle_ready=""
@@ -56,21 +62,38 @@ run_gate() {  # run_gate NAME: make NAME, in the idle cgroup when NAME is idle:G
   make --no-print-directory "$gate"
 }
 
-record() {  # record NAME RESULT SECONDS
-  names+=("$1"); results+=("$2"); times+=("$3")
+log_of() { echo "$LOG_DIR/${1//:/-}.log"; }  # log_of GATE: where its output is kept
+
+record() {  # record NAME RESULT START: it ends now
+  names+=("$1"); results+=("$2"); starts+=("$(($3 - begin))"); ends+=("$(($(date +%s) - begin))")
   [ "$2" = ok ] || status=1
 }
 
-wait_background() {
-  local gate result
-  for gate in "${!bg_pid[@]}"; do
-    if wait "${bg_pid[$gate]}"; then result=ok; else result=FAILED; fi
-    printf '\n===== %s (background) ended: %s =====\n' "$gate" "$result"
-    record "$gate" "$result" "$(($(date +%s) - bg_start[$gate]))"
-    unset "bg_pid[$gate]"
+wait_background() {  # as each background gate ends, in the order they end
+  local pid result
+  while [ "${#bg_gate[@]}" -gt 0 ]; do
+    pid=""
+    if wait -n -p pid "${!bg_gate[@]}"; then result=ok; else result=FAILED; fi
+    [ -n "$pid" ] || break  # nothing left to wait for
+    printf '\n===== %s (background) ended: %s =====\n' "${bg_gate[$pid]}" "$result"
+    record "${bg_gate[$pid]}" "$result" "${bg_start[$pid]}"
+    unset "bg_gate[$pid]" "bg_start[$pid]"
   done
 }
 
+failure_tail() {  # failure_tail GATE: pytest's summary of failures, else the log's last lines
+  local log
+  log=$(log_of "$1")
+  printf '\n===== the end of %s (%s) =====\n' "$1" "$log"
+  if grep -q '= short test summary info =' "$log"; then
+    sed -n '/= short test summary info =/,$p' "$log" | tail -n 40
+  else
+    tail -n 25 "$log"
+  fi
+}
+
+# Made once here, so that the gates' subshells know whether there is one.
+case " $* " in *" idle:"* | *" bg:idle:"*) idle_cgroup ;; esac
 for gate in "$@"; do
   case "$gate" in
     nice)
@@ -78,33 +101,39 @@ for gate in "$@"; do
       renice -n 19 -p $$ >/dev/null
       ;;
     wait)
-      running="${!bg_pid[*]}"
+      running="${bg_gate[*]}"
       printf '\n===== waiting for: %s =====\n' "${running:-(nothing)}"
       wait_background
       ;;
     bg:*)
       gate=${gate#bg:}
       printf '\n===== %s (in the background; its lines start with [%s]) =====\n' "$gate" "${gate#idle:}"
-      bg_start[$gate]=$(date +%s)
+      start=$(date +%s)
       # The pipeline's status is make's (pipefail); sed -u keeps the lines flowing.
-      (run_gate "$gate" 2>&1 | sed -u "s/^/[${gate#idle:}] /") &
-      bg_pid[$gate]=$!
+      (run_gate "$gate" 2>&1 | tee "$(log_of "$gate")" | sed -u "s/^/[${gate#idle:}] /") &
+      bg_gate[$!]=$gate
+      bg_start[$!]=$start
       ;;
     *)
       printf '\n===== %s =====\n' "$gate"
       start=$(date +%s)
-      if run_gate "$gate"; then result=ok; else result=FAILED; fi
-      record "$gate" "$result" "$(($(date +%s) - start))"
+      if run_gate "$gate" 2>&1 | tee "$(log_of "$gate")"; then result=ok; else result=FAILED; fi
+      record "$gate" "$result" "$start"
       ;;
   esac
 done
 wait_background
 # Empty by now (podman moves its containers to its own cgroups); left if anything stayed.
 [ -d "$IDLE_CGROUP" ] && rmdir "$IDLE_CGROUP" 2>/dev/null
-printf '\n===== summary =====\n'
 for i in "${!names[@]}"; do
-  printf '  %-14s %-7s %4ss\n' "${names[$i]}" "${results[$i]}" "${times[$i]}"
+  [ "${results[$i]}" = ok ] || failure_tail "${names[$i]}"
 done
-printf '  %-14s %-7s %4ss\n' "(wall)" "" "$(($(date +%s) - begin))"
+printf '\n===== summary (seconds from the start) =====\n'
+printf '  %-22s %-7s %6s %6s %6s\n' gate result took start end
+for i in "${!names[@]}"; do
+  printf '  %-22s %-7s %6s %6s %6s\n' "${names[$i]}" "${results[$i]}" \
+    "$((ends[i] - starts[i]))" "${starts[$i]}" "${ends[$i]}"
+done
+printf '  %-22s %-7s %6s\n' "(wall)" "" "$(($(date +%s) - begin))"
 [ "$status" -eq 0 ] && echo "all gates ok" || echo "some gates FAILED"
 exit "$status"
