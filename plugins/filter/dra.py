@@ -2,7 +2,8 @@
 # Copyright (c) gpuops.k8s contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-# Documentation: gpu_serving_mode.yml, dra_offer.yml and dra_claim_uuids.yml beside this file.
+# Documentation: gpu_serving_mode.yml, dra_driver.yml, dra_offer.yml and dra_claim_uuids.yml
+# beside this file.
 
 from __future__ import absolute_import, division, print_function
 
@@ -24,6 +25,12 @@ def gpu_serving_mode(gpu, node_state, registration_socket):
     return view.serving_mode(gpu, node_state, registration_socket)
 
 
+def dra_driver(gpu, own_driver):
+    """{mode, driver}: the DRA driver recorded serving the node; see _dra_view.recorded_dra."""
+    _dicts("dra_driver", gpu)
+    return view.recorded_dra(gpu, own_driver)
+
+
 def dra_offer(gpu, slices, driver, node_name):
     """{offered, devices, tainted}: the driver's slice for the node against NVML's GPUs."""
     _dicts("dra_offer", gpu, slices)
@@ -41,6 +48,7 @@ class FilterModule:
     def filters(self):
         return {
             "gpu_serving_mode": gpu_serving_mode,
+            "dra_driver": dra_driver,
             "dra_offer": dra_offer,
             "dra_claim_uuids": dra_claim_uuids,
         }

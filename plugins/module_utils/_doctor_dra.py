@@ -51,14 +51,14 @@ def _nvidia_pod(settings):
 
 def _logs(settings):
     """Where the serving driver says why it does not serve."""
-    if _mode(settings) == "nvidia_dra":
+    if _mode(settings) == view.NVIDIA_DRA:
         return "kubectl -n %s logs %s (NVIDIA's kubelet plugin)" % _nvidia_pod(settings)
     return _DAEMON_LOG
 
 
 def _restart(settings):
     """How the serving driver is started again on the node."""
-    if _mode(settings) == "nvidia_dra":
+    if _mode(settings) == view.NVIDIA_DRA:
         return (
             "delete NVIDIA's kubelet plugin pod on the node (kubectl -n %s delete pod %s; its DaemonSet "
             "starts it again)" % _nvidia_pod(settings)
@@ -113,7 +113,7 @@ def _gone_fix(settings):
 
 
 def _tainted_fix(settings):
-    if _mode(settings) == "nvidia_dra":
+    if _mode(settings) == view.NVIDIA_DRA:
         lifted = "NVIDIA's driver never lifts its taints: once the GPU is sound again, %s" % _restart(
             settings
         )
@@ -252,7 +252,7 @@ def device_classes(obs, settings):
                     "run role device_plugin (device_plugin_mode %s)"
                     % (
                         "nvidia_dra"
-                        if _mode(settings) == "nvidia_dra"
+                        if _mode(settings) == view.NVIDIA_DRA
                         else "dra, device_plugin_dra_extended_resource true"
                     ),
                 )

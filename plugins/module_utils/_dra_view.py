@@ -18,8 +18,11 @@ from ansible_collections.gpuops.k8s.plugins.module_utils._doctor_base import res
 
 DRA = "dra"
 DEVICE_PLUGIN = "device_plugin"
+NVIDIA_DRA = "nvidia_dra"
 # The device_plugin role's modes that serve the node's GPUs through a DRA driver.
-DRA_MODES = (DRA, "nvidia_dra")
+DRA_MODES = (DRA, NVIDIA_DRA)
+# NVIDIA's DRA driver's name (mode nvidia_dra); its chart names its class of whole GPUs after it.
+NVIDIA_DRA_DRIVER = "gpu.nvidia.com"
 
 
 def serving_mode(gpu, node_state, registration_socket):
@@ -31,6 +34,16 @@ def serving_mode(gpu, node_state, registration_socket):
         return DRA if mode in DRA_MODES else DEVICE_PLUGIN
     entry = ((node_state or {}).get("paths") or {}).get(registration_socket) or {}
     return DRA if entry.get("type") == "socket" else DEVICE_PLUGIN
+
+
+def recorded_dra(gpu, own_driver):
+    """{mode, driver}: the DRA driver the device_plugin role recorded serving the node (gpu_info's
+    device_plugin.mode): NVIDIA's in mode nvidia_dra, else ours, named own_driver, in mode dra
+    (also where nothing is recorded: which mechanism serves the node is serving_mode's question)."""
+    mode = ((gpu or {}).get("device_plugin") or {}).get("mode")
+    if mode == NVIDIA_DRA:
+        return {"mode": NVIDIA_DRA, "driver": NVIDIA_DRA_DRIVER}
+    return {"mode": DRA, "driver": own_driver}
 
 
 def _attribute(device, driver, name):

@@ -270,3 +270,43 @@ def test_a_dra_node_without_its_device_class_fails(tmp_path):
     extra["gpu_validation_device_classes"]["resources"] = []
     _settled, _done, findings = evaluate(tmp_path, dra_gpu(), state, dra_node(), extra=extra)
     assert checks(findings) == ["dra"], findings
+
+
+@pytest.mark.parametrize(
+    "mode, driver, extended_class",
+    [
+        ("dra", "gpu.gpuops.k8s", "nvidia-gpu.gpu.gpuops.k8s"),
+        ("nvidia_dra", "gpu.nvidia.com", "gpu.nvidia.com"),
+        ("gpuops", "gpu.gpuops.k8s", "nvidia-gpu.gpu.gpuops.k8s"),
+    ],
+)
+def test_both_roles_judge_the_driver_the_node_records(tmp_path, mode, driver, extended_class):
+    # The record of device_plugin_mode nvidia_dra names NVIDIA's driver (its registration
+    # socket and its class of whole GPUs, which also serves nvidia.com/gpu pods); any other
+    # record, ours.
+    record = dict(gpu(), device_plugin={"mode": mode})
+    names = [
+        "__gpu_validation_dra_mode",
+        "__gpu_validation_driver",
+        "__gpu_validation_dra_socket",
+        "__gpu_validation_dra_class",
+        "__gpu_doctor_dra_mode",
+        "__gpu_doctor_driver",
+        "__gpu_doctor_dra_socket",
+        "__gpu_doctor_dra_class",
+        "__gpu_doctor_dra_extended_class",
+    ]
+    extra = {"gpu_validation_gpu": record, "gpu_doctor_gpu": record}
+    got = resolve("gpuops-node-1,", names, extra=extra, tmp_path=tmp_path)["gpuops-node-1"]
+    socket = "/var/lib/kubelet/plugins_registry/%s-reg.sock" % driver
+    dra_mode = "nvidia_dra" if mode == "nvidia_dra" else "dra"
+    for role in ("validation", "doctor"):
+        assert [
+            got["__gpu_%s_%s" % (role, name)] for name in ("dra_mode", "driver", "dra_socket", "dra_class")
+        ] == [
+            dra_mode,
+            driver,
+            socket,
+            driver,
+        ], (role, got)
+    assert got["__gpu_doctor_dra_extended_class"] == extended_class, got

@@ -49,6 +49,15 @@ def test_the_mode_filter():
     )
 
 
+def test_the_driver_filter_names_nvidias_only_where_recorded():
+    nvidia = FILTERS["dra_driver"]({"device_plugin": {"mode": "nvidia_dra"}}, DRIVER)
+    assert nvidia == {"mode": "nvidia_dra", "driver": "gpu.nvidia.com"}
+    for record in ({"device_plugin": {"mode": "dra"}}, {"device_plugin": None}, {}):
+        assert FILTERS["dra_driver"](record, DRIVER) == {"mode": "dra", "driver": DRIVER}
+    with pytest.raises(AnsibleFilterError, match="dra_driver: the registered results must be dicts"):
+        FILTERS["dra_driver"]("nvidia_dra", DRIVER)
+
+
 def test_the_offer_counts_untainted_gpus():
     xid = {"key": "gpu.gpuops.k8s/xid", "value": "48", "effect": "NoSchedule"}
     offer = FILTERS["dra_offer"](
