@@ -10,6 +10,8 @@ The registered results are shaped as gpu_info, node_state_info and k8s_info retu
 on a lab node (8 mock H100s, our daemon, containerd).
 """
 
+import json
+
 import pytest
 from resolve import find_task, resolve, task_arg
 
@@ -272,41 +274,31 @@ def test_a_dra_node_without_its_device_class_fails(tmp_path):
     assert checks(findings) == ["dra"], findings
 
 
-@pytest.mark.parametrize(
-    "mode, driver, extended_class",
-    [
-        ("dra", "gpu.gpuops.k8s", "nvidia-gpu.gpu.gpuops.k8s"),
-        ("nvidia_dra", "gpu.nvidia.com", "gpu.nvidia.com"),
-        ("gpuops", "gpu.gpuops.k8s", "nvidia-gpu.gpu.gpuops.k8s"),
-    ],
-)
-def test_both_roles_judge_the_driver_the_node_records(tmp_path, mode, driver, extended_class):
+# Per recorded mode: the driver, and the doctor's class for nvidia.com/gpu pods.
+RECORDED_DRIVERS = {
+    "dra": ("gpu.gpuops.k8s", "nvidia-gpu.gpu.gpuops.k8s"),
+    "nvidia_dra": ("gpu.nvidia.com", "gpu.nvidia.com"),
+    "gpuops": ("gpu.gpuops.k8s", "nvidia-gpu.gpu.gpuops.k8s"),
+}
+# What both roles derive from the record.
+PER_DRIVER = ("dra_mode", "driver", "dra_socket", "dra_class")
+
+
+def test_both_roles_judge_the_driver_the_node_records(tmp_path):
     # The record of device_plugin_mode nvidia_dra names NVIDIA's driver (its registration
     # socket and its class of whole GPUs, which also serves nvidia.com/gpu pods); any other
-    # record, ours.
-    record = dict(gpu(), device_plugin={"mode": mode})
-    names = [
-        "__gpu_validation_dra_mode",
-        "__gpu_validation_driver",
-        "__gpu_validation_dra_socket",
-        "__gpu_validation_dra_class",
-        "__gpu_doctor_dra_mode",
-        "__gpu_doctor_driver",
-        "__gpu_doctor_dra_socket",
-        "__gpu_doctor_dra_class",
-        "__gpu_doctor_dra_extended_class",
-    ]
-    extra = {"gpu_validation_gpu": record, "gpu_doctor_gpu": record}
-    got = resolve("gpuops-node-1,", names, extra=extra, tmp_path=tmp_path)["gpuops-node-1"]
-    socket = "/var/lib/kubelet/plugins_registry/%s-reg.sock" % driver
-    dra_mode = "nvidia_dra" if mode == "nvidia_dra" else "dra"
-    for role in ("validation", "doctor"):
-        assert [
-            got["__gpu_%s_%s" % (role, name)] for name in ("dra_mode", "driver", "dra_socket", "dra_class")
-        ] == [
-            dra_mode,
-            driver,
-            socket,
-            driver,
-        ], (role, got)
-    assert got["__gpu_doctor_dra_extended_class"] == extended_class, got
+    # record, ours. One host per record, in one run.
+    hosts = {}
+    for mode in RECORDED_DRIVERS:
+        record = dict(gpu(), device_plugin={"mode": mode})
+        hosts["node-" + mode] = {"gpu_validation_gpu": record, "gpu_doctor_gpu": record}
+    inventory = tmp_path / "hosts.json"
+    inventory.write_text(json.dumps({"all": {"hosts": hosts}}), encoding="utf-8")
+    names = ["__gpu_%s_%s" % (role, name) for role in ("validation", "doctor") for name in PER_DRIVER]
+    found = resolve(str(inventory), [*names, "__gpu_doctor_dra_extended_class"], tmp_path=tmp_path)
+    for mode, (driver, extended_class) in RECORDED_DRIVERS.items():
+        got = found["node-" + mode]
+        socket = "/var/lib/kubelet/plugins_registry/%s-reg.sock" % driver
+        expected = ["nvidia_dra" if mode == "nvidia_dra" else "dra", driver, socket, driver]
+        assert [got[name] for name in names] == expected * 2, (mode, got)
+        assert got["__gpu_doctor_dra_extended_class"] == extended_class, (mode, got)
