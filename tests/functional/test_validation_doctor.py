@@ -7,7 +7,9 @@ roles' defaults and vars: which faults end the wait for allocatable at once, whi
 (a plugin the site run has just restarted), and the node's failing findings.
 
 The registered results are shaped as gpu_info, node_state_info and k8s_info return them
-on a lab node (8 mock H100s, our daemon, containerd).
+on a lab node (8 mock H100s, our daemon, containerd). Each scenario is a host of one
+inventory, so two ansible-playbook runs judge them all (one pair per scenario took most
+of this file's 3 minutes in make test).
 """
 
 import json
@@ -116,106 +118,6 @@ def expressions():
     }
 
 
-def evaluate(tmp_path, gpu_result, state, node_result, *, extra=None):
-    registered = {
-        "gpu_validation_gpu": gpu_result,
-        "gpu_validation_node_state": state,
-        "gpu_validation_node_state_after": {"skipped": True, "changed": False},
-        "gpu_validation_node": node_result,
-        # The until's own vars: as many reads as the default wait gives.
-        "__gpu_validation_node_reads": 30,
-    }
-    registered.update(extra or {})
-    exprs = expressions()
-    # The wait reads gpu_validation_settled and gpu_validation_mode, which the role sets first.
-    first = resolve(
-        "gpuops-node-1,",
-        [],
-        exprs={"settled": exprs["settled"], "mode": exprs["mode"]},
-        extra=registered,
-        tmp_path=tmp_path,
-    )
-    registered["gpu_validation_settled"] = first["gpuops-node-1"]["settled"]
-    registered["gpu_validation_mode"] = first["gpuops-node-1"]["mode"].strip()
-    later = {"done": exprs["done"], "findings": exprs["findings"], "allocatable": exprs["allocatable"]}
-    result = resolve("gpuops-node-1,", [], exprs=later, extra=registered, tmp_path=tmp_path)["gpuops-node-1"]
-    evaluate.last = dict(result, mode=registered["gpu_validation_mode"])
-    return registered["gpu_validation_settled"], result["done"], result["findings"]
-
-
-def checks(findings):
-    return [f["check"] for f in findings]
-
-
-def test_a_healthy_node_ends_the_wait_at_the_first_read_with_no_finding(tmp_path):
-    settled, done, findings = evaluate(tmp_path, gpu(), node_state(), node())
-    assert (settled, done, findings) == ([], True, [])
-
-
-def test_a_plugin_just_restarted_is_waited_for(tmp_path):
-    # No socket yet, nothing allocatable: it registers in seconds, so no verdict yet.
-    settled, done, _findings = evaluate(tmp_path, gpu(), node_state(sockets=(), registered=()), node(0, 0))
-    assert settled == [] and done is False
-
-
-def test_a_node_not_ready_for_a_while_is_waited_for(tmp_path):
-    # After a site run restarted containerd, the Node is NotReady for a few seconds.
-    _settled, done, findings = evaluate(
-        tmp_path, gpu(), node_state(), node(ready="False", message="container runtime is down")
-    )
-    assert done is False and checks(findings) == ["node_ready"]
-
-
-def test_containerd_stopped_ends_the_wait_with_the_doctors_words(tmp_path):
-    settled, done, findings = evaluate(
-        tmp_path,
-        gpu(),
-        node_state(down=["containerd.service"]),
-        node(ready="False", message="container runtime is down, PLEG is not healthy"),
-    )
-    assert checks(settled) == ["services"] and done is True
-    assert [f["message"] for f in findings] == [
-        "containerd.service is inactive (dead): the container runtime is down, so no container starts or "
-        "stops "
-        "on the node, and the kubelet reports the Node NotReady",
-        "Node gpuops-node-1 is not Ready (Ready=False, KubeletNotReady): container runtime is down, PLEG "
-        "is not "
-        "healthy",
-    ]
-
-
-def test_a_removed_gpu_node_ends_the_wait_however_long_allocatable_would_take(tmp_path):
-    # (A): NVML lists 7, the plugin still offers 8: 8 never becomes 7 with NVIDIA's plugin.
-    settled, done, findings = evaluate(tmp_path, gpu(SEVEN), node_state(minors=SEVEN), node())
-    assert checks(settled) == ["allocatable"] and done is True
-    assert checks(findings) == ["allocatable"]
-    assert findings[0]["message"].startswith(
-        "the plugin advertises GPUs that NVML no longer lists: " + UUIDS[3]
-    )
-
-
-@pytest.mark.parametrize("skip, expected", [([], ["device_nodes"]), (["device_nodes"], [])])
-def test_a_missing_uvm_node_fails_at_once_unless_the_inventory_leaves_device_nodes_out(
-    tmp_path, skip, expected
-):
-    settled, done, findings = evaluate(
-        tmp_path, gpu(), node_state(uvm=False), node(), extra={"gpu_validation_skip": skip}
-    )
-    assert checks(settled) == expected and checks(findings) == expected and done is True
-
-
-def test_the_state_read_again_after_a_wait_is_the_one_judged(tmp_path):
-    # Waited (3 reads): the socket the first look missed is there now.
-    _settled, _done, findings = evaluate(
-        tmp_path,
-        gpu(),
-        node_state(sockets=(), registered=()),
-        node(attempts=3),
-        extra={"gpu_validation_node_state_after": node_state()},
-    )
-    assert findings == []
-
-
 # Mode dra: the node's record says so; no device plugin socket, no nvidia.com/gpu in the
 # Node's status, and the driver's ResourceSlice offers the GPUs (tainted ones do not count).
 DRIVER = "gpu.gpuops.k8s"
@@ -246,32 +148,161 @@ def dra_gpu():
     return dict(gpu(), device_plugin={"mode": "dra"})
 
 
-def test_a_dra_node_whose_slice_offers_every_gpu_passes_with_no_nvidia_gpu_in_its_status(tmp_path):
-    state = node_state(registered=[], sockets=())
-    settled, done, findings = evaluate(tmp_path, dra_gpu(), state, dra_node(), extra=dra_registered())
-    assert (evaluate.last["mode"], settled, done, findings) == ("dra", [], True, []), evaluate.last
-    assert int(evaluate.last["allocatable"]) == 8
+def inventory(tmp_path, hosts):
+    """A JSON inventory of HOSTS {name: host vars}."""
+    path = tmp_path / "hosts.json"
+    path.write_text(json.dumps({"all": {"hosts": hosts}}), encoding="utf-8")
+    return str(path)
 
 
-def test_a_dra_node_with_a_tainted_gpu_fails_in_the_doctors_words(tmp_path):
-    state = node_state(registered=[], sockets=())
-    _settled, _done, findings = evaluate(
-        tmp_path, dra_gpu(), state, dra_node(), extra=dra_registered(tainted=[3])
+def scenarios():
+    """{name: (gpu_info's, node_state_info's and k8s_info's Node results, more registered)}."""
+    dra_state = node_state(registered=[], sockets=())
+    no_class = dra_registered()
+    no_class["gpu_validation_device_classes"]["resources"] = []
+    return {
+        "healthy": (gpu(), node_state(), node(), {}),
+        # No socket yet, nothing allocatable: it registers in seconds, so no verdict yet.
+        "plugin_restarted": (gpu(), node_state(sockets=(), registered=()), node(0, 0), {}),
+        # After a site run restarted containerd, the Node is NotReady for a few seconds.
+        "not_ready": (gpu(), node_state(), node(ready="False", message="container runtime is down"), {}),
+        "containerd_stopped": (
+            gpu(),
+            node_state(down=["containerd.service"]),
+            node(ready="False", message="container runtime is down, PLEG is not healthy"),
+            {},
+        ),
+        # (A): NVML lists 7, the plugin still offers 8: 8 never becomes 7 with NVIDIA's plugin.
+        "gpu_removed": (gpu(SEVEN), node_state(minors=SEVEN), node(), {}),
+        "uvm_missing": (gpu(), node_state(uvm=False), node(), {"gpu_validation_skip": []}),
+        "uvm_missing_left_out": (
+            gpu(),
+            node_state(uvm=False),
+            node(),
+            {"gpu_validation_skip": ["device_nodes"]},
+        ),
+        # Waited (3 reads): the socket the first look missed is there now.
+        "read_again": (
+            gpu(),
+            node_state(sockets=(), registered=()),
+            node(attempts=3),
+            {"gpu_validation_node_state_after": node_state()},
+        ),
+        "dra": (dra_gpu(), dra_state, dra_node(), dra_registered()),
+        "dra_tainted": (dra_gpu(), dra_state, dra_node(), dra_registered(tainted=[3])),
+        "dra_no_class": (dra_gpu(), dra_state, dra_node(), no_class),
+    }
+
+
+@pytest.fixture(scope="module")
+def verdicts(tmp_path_factory):
+    """{scenario: {settled, mode, done, findings, allocatable}}: each scenario a host of one
+    inventory (its registered results as host vars), the role's expressions resolved for all
+    of them in two runs."""
+    tmp_path = tmp_path_factory.mktemp("verdicts")
+    hosts = {}
+    for name, (gpu_result, state, node_result, extra) in scenarios().items():
+        hosts[name] = {
+            "gpu_validation_node_name": "gpuops-node-1",
+            "gpu_validation_gpu": gpu_result,
+            "gpu_validation_node_state": state,
+            "gpu_validation_node_state_after": {"skipped": True, "changed": False},
+            "gpu_validation_node": node_result,
+            # The until's own vars: as many reads as the default wait gives.
+            "__gpu_validation_node_reads": 30,
+            **extra,
+        }
+    exprs = expressions()
+    # The wait reads gpu_validation_settled and gpu_validation_mode, which the role sets first.
+    first = resolve(
+        inventory(tmp_path, hosts),
+        [],
+        exprs={"settled": exprs["settled"], "mode": exprs["mode"]},
+        tmp_path=tmp_path,
     )
-    assert checks(findings) == ["allocatable"], findings
-    assert findings[0]["message"].startswith(
+    for name, got in first.items():
+        hosts[name].update(gpu_validation_settled=got["settled"], gpu_validation_mode=got["mode"].strip())
+    later = {"done": exprs["done"], "findings": exprs["findings"], "allocatable": exprs["allocatable"]}
+    found = resolve(inventory(tmp_path, hosts), [], exprs=later, tmp_path=tmp_path)
+    return {
+        name: dict(
+            got, settled=hosts[name]["gpu_validation_settled"], mode=hosts[name]["gpu_validation_mode"]
+        )
+        for name, got in found.items()
+    }
+
+
+def checks(findings):
+    return [f["check"] for f in findings]
+
+
+def test_a_healthy_node_ends_the_wait_at_the_first_read_with_no_finding(verdicts):
+    got = verdicts["healthy"]
+    assert (got["settled"], got["done"], got["findings"]) == ([], True, [])
+
+
+def test_a_plugin_just_restarted_is_waited_for(verdicts):
+    got = verdicts["plugin_restarted"]
+    assert got["settled"] == [] and got["done"] is False
+
+
+def test_a_node_not_ready_for_a_while_is_waited_for(verdicts):
+    got = verdicts["not_ready"]
+    assert got["done"] is False and checks(got["findings"]) == ["node_ready"]
+
+
+def test_containerd_stopped_ends_the_wait_with_the_doctors_words(verdicts):
+    got = verdicts["containerd_stopped"]
+    assert checks(got["settled"]) == ["services"] and got["done"] is True
+    assert [f["message"] for f in got["findings"]] == [
+        "containerd.service is inactive (dead): the container runtime is down, so no container starts or "
+        "stops on the node, and the kubelet reports the Node NotReady",
+        "Node gpuops-node-1 is not Ready (Ready=False, KubeletNotReady): container runtime is down, PLEG "
+        "is not healthy",
+    ]
+
+
+def test_a_removed_gpu_node_ends_the_wait_however_long_allocatable_would_take(verdicts):
+    got = verdicts["gpu_removed"]
+    assert checks(got["settled"]) == ["allocatable"] and got["done"] is True
+    assert checks(got["findings"]) == ["allocatable"]
+    assert got["findings"][0]["message"].startswith(
+        "the plugin advertises GPUs that NVML no longer lists: " + UUIDS[3]
+    )
+
+
+@pytest.mark.parametrize(
+    "scenario, expected", [("uvm_missing", ["device_nodes"]), ("uvm_missing_left_out", [])]
+)
+def test_a_missing_uvm_node_fails_at_once_unless_the_inventory_leaves_device_nodes_out(
+    verdicts, scenario, expected
+):
+    got = verdicts[scenario]
+    assert checks(got["settled"]) == expected and checks(got["findings"]) == expected and got["done"] is True
+
+
+def test_the_state_read_again_after_a_wait_is_the_one_judged(verdicts):
+    assert verdicts["read_again"]["findings"] == []
+
+
+def test_a_dra_node_whose_slice_offers_every_gpu_passes_with_no_nvidia_gpu_in_its_status(verdicts):
+    got = verdicts["dra"]
+    assert (got["mode"], got["settled"], got["done"], got["findings"]) == ("dra", [], True, []), got
+    assert int(got["allocatable"]) == 8
+
+
+def test_a_dra_node_with_a_tainted_gpu_fails_in_the_doctors_words(verdicts):
+    got = verdicts["dra_tainted"]
+    assert checks(got["findings"]) == ["allocatable"], got
+    assert got["findings"][0]["message"].startswith(
         "the ResourceSlice of gpu.gpuops.k8s for node gpuops-node-1 offers 7 of the 8 GPUs NVML lists "
         "untainted"
     )
-    assert int(evaluate.last["allocatable"]) == 7
+    assert int(got["allocatable"]) == 7
 
 
-def test_a_dra_node_without_its_device_class_fails(tmp_path):
-    state = node_state(registered=[], sockets=())
-    extra = dra_registered()
-    extra["gpu_validation_device_classes"]["resources"] = []
-    _settled, _done, findings = evaluate(tmp_path, dra_gpu(), state, dra_node(), extra=extra)
-    assert checks(findings) == ["dra"], findings
+def test_a_dra_node_without_its_device_class_fails(verdicts):
+    assert checks(verdicts["dra_no_class"]["findings"]) == ["dra"], verdicts["dra_no_class"]
 
 
 # Per recorded mode: the driver, and the doctor's class for nvidia.com/gpu pods.
@@ -292,10 +323,10 @@ def test_both_roles_judge_the_driver_the_node_records(tmp_path):
     for mode in RECORDED_DRIVERS:
         record = dict(gpu(), device_plugin={"mode": mode})
         hosts["node-" + mode] = {"gpu_validation_gpu": record, "gpu_doctor_gpu": record}
-    inventory = tmp_path / "hosts.json"
-    inventory.write_text(json.dumps({"all": {"hosts": hosts}}), encoding="utf-8")
     names = ["__gpu_%s_%s" % (role, name) for role in ("validation", "doctor") for name in PER_DRIVER]
-    found = resolve(str(inventory), [*names, "__gpu_doctor_dra_extended_class"], tmp_path=tmp_path)
+    found = resolve(
+        inventory(tmp_path, hosts), [*names, "__gpu_doctor_dra_extended_class"], tmp_path=tmp_path
+    )
     for mode, (driver, extended_class) in RECORDED_DRIVERS.items():
         got = found["node-" + mode]
         socket = "/var/lib/kubelet/plugins_registry/%s-reg.sock" % driver
