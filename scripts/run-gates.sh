@@ -48,18 +48,30 @@ idle_cgroup() {  # make the least-weight cpu cgroup; false (with why, once) wher
 }
 
 run_gate() {  # run_gate NAME: make NAME, in the idle cgroup when NAME is idle:GATE
-  local gate=$1
-  case "$gate" in
-    idle:*)
-      gate=${gate#idle:}
-      if idle_cgroup; then
-        # A subshell moves itself, so make and all it starts stay in the cgroup.
-        (echo "$BASHPID" >"$IDLE_CGROUP/cgroup.procs" && exec make --no-print-directory "$gate")
-        return
-      fi
-      ;;
-  esac
-  make --no-print-directory "$gate"
+  local name=$1 gate=$1
+  # A subshell of its own: its `times` are this gate's processes' alone, and one that
+  # moves itself to the idle cgroup takes make and all it starts along.
+  (
+    case "$gate" in
+      idle:*)
+        gate=${gate#idle:}
+        if idle_cgroup; then echo "$BASHPID" >"$IDLE_CGROUP/cgroup.procs"; fi
+        ;;
+    esac
+    make --no-print-directory "$gate"
+    rc=$?
+    times >"$(log_of "$name").cpu"  # not in a pipeline: a subshell there has no children
+    exit "$rc"
+  )
+}
+
+cpu_seconds() {  # cpu_seconds GATE: the user and system CPU seconds its processes were charged
+  local user sys
+  # `times`' second line: its children's, e.g. 12m3.120s 0m40.020s (user, then system).
+  read -r user sys < <(sed -n 2p "$(log_of "$1").cpu" 2>/dev/null)
+  [ -n "${sys:-}" ] || { echo "?"; return; }
+  awk -v u="$user" -v s="$sys" 'function sec(t) { split(t, a, /[ms]/); return a[1] * 60 + a[2] }
+    BEGIN { printf "%d", sec(u) + sec(s) }'
 }
 
 log_of() { echo "$LOG_DIR/${1//:/-}.log"; }  # log_of GATE: where its output is kept
@@ -128,11 +140,13 @@ wait_background
 for i in "${!names[@]}"; do
   [ "${results[$i]}" = ok ] || failure_tail "${names[$i]}"
 done
+# cpu: what the gate's processes and those they waited for used; not what ran elsewhere
+# for it (the lab's podman nodes and their kubelets, ssh masters left running).
 printf '\n===== summary (seconds from the start) =====\n'
-printf '  %-22s %-7s %6s %6s %6s\n' gate result took start end
+printf '  %-22s %-7s %6s %6s %6s %6s\n' gate result took start end cpu
 for i in "${!names[@]}"; do
-  printf '  %-22s %-7s %6s %6s %6s\n' "${names[$i]}" "${results[$i]}" \
-    "$((ends[i] - starts[i]))" "${starts[$i]}" "${ends[$i]}"
+  printf '  %-22s %-7s %6s %6s %6s %6s\n' "${names[$i]}" "${results[$i]}" \
+    "$((ends[i] - starts[i]))" "${starts[$i]}" "${ends[$i]}" "$(cpu_seconds "${names[$i]}")"
 done
 printf '  %-22s %-7s %6s\n' "(wall)" "" "$(($(date +%s) - begin))"
 [ "$status" -eq 0 ] && echo "all gates ok" || echo "some gates FAILED"
