@@ -13,15 +13,13 @@ ANSIBLE_TEST := cd $(TEST_TREE) && $(BIN)/ansible-test
 export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/.build/collections
 export CONTAINERS_CONF := $(CURDIR)/lab/containers.conf
 MOLECULE_ALL := $(patsubst extensions/molecule/%/molecule.yml,%,$(wildcard extensions/molecule/*/molecule.yml))
-# The nvidia_* scenarios first: in make test they then end before the integration lane's
-# single-host tests install the lab driver package on this machine (its device nodes would
-# show in a privileged node created meanwhile).
+# The nvidia_* scenarios (HOST_DRIVER_LOCK below) first, then the container runtime's.
 MOLECULE_SCENARIOS ?= $(filter nvidia_%,$(MOLECULE_ALL)) $(filter-out nvidia_%,$(MOLECULE_ALL))
 export PATH := $(BIN):$(PATH)
 # Held shared by what must not meet a driver installed on this machine (make pytest, whose
-# functional tests expect none; molecule's nvidia_* scenarios, whose privileged nodes would
-# see its device nodes), exclusively by the integration test that installs one
-# (tests/integration/test_driver_upgrade.py), so lanes running side by side take turns.
+# functional and daemon tests expect none; molecule's nvidia_* scenarios, whose privileged
+# nodes would see its device nodes), exclusively by the integration session that installs
+# one (tests/integration/test_driver_upgrade.py; conftest.py), so lanes side by side take turns.
 export HOST_DRIVER_LOCK ?= /run/lock/gpuops-host-driver.lock
 
 .PHONY: help
@@ -38,16 +36,18 @@ site: lab-nodes  ## Run the main job (playbooks/site.yml) on the lab's Kubernete
 
 .PHONY: test
 test: venv lab-deps sanity-deps lab-images lab-toolkit lab-cluster-deps lab-nvidia-dra  ## Run every gate and test suite (what CI runs)
-	@# Three lanes from the start: the lab cluster's tests at full priority, and molecule and
-	@# the other gates at nice 19 (molecule's nodes with the least CPU weight), so they use
-	@# the CPU the lab leaves idle while it waits on kubelets and pods, and never its time.
-	@# idle: also puts a gate in the least-weight cpu cgroup, since nice alone does not rank
-	@# it below the lab's nodes (scripts/run-gates.sh); pytest, whose daemon tests time
-	@# answers in seconds, and the two short gates stay nice only.
-	@# HOST_DRIVER_LOCK keeps the one test that installs a driver on this machine apart from
-	@# pytest and molecule's nvidia_* scenarios. Shared builds first, above.
-	@bash scripts/run-gates.sh bg:integration nice bg:idle:molecule-gpu pytest lint idle:ansible-lint idle:sanity \
-	  idle:units build idle:ee bg:idle:matrix idle:molecule-runtime
+	@# Lanes from the start: the lab cluster's tests at full priority, the other gates one
+	@# after another at nice 19, molecule's nvidia_* scenarios beside them. The machine is
+	@# busy from start to end, so the others must not slow the lab's lane: idle: and low: put
+	@# a gate in a cpu cgroup of little weight too (scripts/run-gates.sh says why nice alone
+	@# does not), low: for pytest's functional tests, whose commands have timeouts of a minute;
+	@# the daemon's tests, which time answers in seconds, stay nice only. HOST_DRIVER_LOCK:
+	@# the integration lane installs a driver on this machine first, holding the lock from its
+	@# start, so the gates that must not meet that driver (molecule's nvidia_* scenarios, the
+	@# daemon's and the functional tests) start after the lint gates and wait its few minutes,
+	@# not it for them. Shared builds first, above.
+	@bash scripts/run-gates.sh bg:integration nice lint idle:ansible-lint bg:idle:molecule-gpu idle:sanity \
+	  idle:units build idle:ee pytest-daemon low:pytest-functional bg:idle:matrix idle:molecule-runtime
 
 .PHONY: lint
 lint: venv  ## ruff lint and format check; docs/variables.md up to date with the roles' specs
@@ -95,6 +95,15 @@ matrix: venv sanity-deps  ## ansible-test sanity and units on every other suppor
 pytest: venv lab-deps  ## pytest: tests/functional (the ansible CLI, real libraries), the daemon's unit tests and tests/daemon
 	flock -s $(HOST_DRIVER_LOCK) pytest --durations=25
 
+# make test's two parts of make pytest, each at its own priority.
+DAEMON_TESTS := tests/daemon roles/device_plugin/files/gpuops-device-plugin/tests
+.PHONY: pytest-functional pytest-daemon
+pytest-functional: venv lab-deps  ## pytest on tests/functional alone
+	flock -s $(HOST_DRIVER_LOCK) pytest --durations=25 tests/functional
+
+pytest-daemon: venv lab-deps  ## pytest on the daemon's unit tests and tests/daemon alone
+	flock -s $(HOST_DRIVER_LOCK) pytest --durations=10 $(DAEMON_TESTS)
+
 .PHONY: build
 build: venv  ## Build the collection tarball and install it into a clean collections path
 	bash scripts/check-build.sh
@@ -133,9 +142,8 @@ endef
 molecule: venv lab-images lab-toolkit  ## molecule test for every scenario in extensions/molecule
 	$(call molecule_scenarios,$(MOLECULE_SCENARIOS))
 
-# make test's two molecule parts: the nvidia_* scenarios from the start (they must end before
-# the integration lane installs a driver on this machine), the others later in the gates'
-# chain, where the lab's lane ends and leaves a core idle.
+# make test's two molecule parts: the nvidia_* scenarios early, beside the gates' chain (they
+# wait for the integration lane's driver test to end), the others at the chain's end.
 molecule-gpu: venv lab-images lab-toolkit  ## molecule test for the nvidia_* scenarios
 	$(call molecule_scenarios,$(filter nvidia_%,$(MOLECULE_SCENARIOS)))
 
@@ -166,15 +174,15 @@ lab-status: venv  ## The lab cluster's components and nodes
 
 .PHONY: integration
 integration: venv lab-cluster-deps  ## Integration tests against the lab cluster (real kubelet and API server)
-	@# The lab's Kubernetes nodes first, the single-host tests after them, and last the one
-	@# that installs the lab driver package on this machine (test_driver_upgrade.py), whose
-	@# NVML the functional tests (make pytest) and molecule's nvidia_* scenarios must not
-	@# find: it waits for them (HOST_DRIVER_LOCK), and they have the most time to end. The
-	@# slowest tests' times: where the next minutes of make test are. -v: a line per test as
-	@# it ends (the lane runs for most of an hour; a dot per test shows only at the file's end).
-	pytest -v --durations=25 tests/integration/test_lab_nodes.py \
-	  $(filter-out %/test_lab_nodes.py %/test_driver_upgrade.py,$(wildcard tests/integration/test_*.py)) \
-	  tests/integration/test_driver_upgrade.py
+	@# First the one test that installs the lab driver package on this machine
+	@# (test_driver_upgrade.py): its session takes HOST_DRIVER_LOCK as it starts (conftest.py),
+	@# so the functional tests and molecule's nvidia_* scenarios, which must not find that
+	@# driver's NVML or device nodes, wait its few minutes; the lab's Kubernetes nodes, created
+	@# after it purged the driver, see none either. Then the lab's nodes, then the single-host
+	@# tests. The slowest tests' times: where the next minutes of make test are. -v: a line per
+	@# test as it ends (the lane runs for most of an hour).
+	pytest -v --durations=25 tests/integration/test_driver_upgrade.py tests/integration/test_lab_nodes.py \
+	  $(filter-out %/test_lab_nodes.py %/test_driver_upgrade.py,$(wildcard tests/integration/test_*.py))
 
 .PHONY: bench
 bench: venv  ## Benchmarks (not tests): see bench/README.md

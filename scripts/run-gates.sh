@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Run the named make targets one after another, all of them even when one fails, then
-# print when each started and ended and exit non-zero if any failed. Each gate's output
-# also goes to .build/gates/NAME.log; the end of a failed gate's (pytest's summary of its
-# failures where there is one) comes again after the summary, so a log cut to its last
-# screens still says what failed.
+# print when each started and ended, the CPU it used, and exit non-zero if any failed.
+# Each gate's output also goes to .build/gates/NAME.log; the end of a failed gate's
+# (pytest's summary of its failures where there is one) comes again after the summary, so
+# a log cut to its last screens still says what failed.
 #
 #   run-gates.sh lint sanity bg:molecule pytest wait integration
 #
@@ -12,55 +12,69 @@
 # the background. `nice` runs every gate after it at nice 19, so a gate started before it
 # keeps the CPU whenever it wants it and the later ones use what it leaves idle.
 #
-# idle:NAME (also bg:idle:NAME) runs NAME in a cpu cgroup of the least weight as well. Nice
-# alone ranks a gate only against processes of its own session (the kernel's autogroups):
-# against the lab's podman nodes, its API server and the ssh masters, each a session or a
-# cgroup of its own, a nice-19 gate has an equal share, measured here 44/56 on one core
-# (in a shares-2 cgroup: 0.2/99.8). Only for gates that never wait on a clock: a gate
-# whose test times a daemon's answer stays nice only. Nor for one that opens ssh to the
-# lab's nodes: the ControlPersist master it starts serves every later ansible run to that
-# node (~/.ansible/cp), and starved in this cgroup it lost their modules' output (seen:
-# "Shared connection to ... closed" with empty stdout, in half of the concurrent runs).
-# Needs a writable cgroup-v1 cpu hierarchy (this machine's); elsewhere it says so once and
-# runs the gate at nice 19.
+# idle:NAME and low:NAME (also bg:idle:NAME, bg:low:NAME) run NAME in a cpu cgroup of little
+# weight as well. Nice alone ranks a gate only against processes of its own session (the
+# kernel's autogroups): against the lab's podman nodes, its API server and the ssh masters,
+# each a session or a cgroup of its own, a nice-19 gate has an equal share, measured here
+# 44/56 on one core (in a shares-2 cgroup: 0.2/99.8), and the lab's playbook runs took
+# twice their time alone while nice-only pytest ran beside them.
+#   idle: cpu.shares 2, the least: for gates that never wait on a clock.
+#   low:  cpu.shares 128 (an eighth of a lab node's): for gates whose commands have
+#         timeouts of a minute or so, which the least weight could starve past.
+# A gate whose test times a daemon's answer in seconds stays nice only. Nor in either for
+# one that opens ssh to the lab's nodes: the ControlPersist master it starts serves every
+# later ansible run to that node (~/.ansible/cp), and starved it lost their modules' output
+# (seen: "Shared connection to ... closed" with empty stdout, in half of the concurrent
+# runs). Needs a writable cgroup-v1 cpu hierarchy (this machine's); elsewhere it says so
+# once and runs such gates at nice 19 only.
 set -uo pipefail
 declare -a names=() results=() starts=() ends=()
-declare -A bg_gate=() bg_start=()
+declare -A bg_gate=()
 status=0
 begin=$(date +%s)
 LOG_DIR=.build/gates
 rm -rf "$LOG_DIR" && mkdir -p "$LOG_DIR"
 
-IDLE_CGROUP=/sys/fs/cgroup/cpu/gpuops-gates-idle
-idle_ready=""
+CGROUPS=/sys/fs/cgroup/cpu
+declare -A SHARES=([idle]=2 [low]=128)
+cgroups_ready=""
 
-idle_cgroup() {  # make the least-weight cpu cgroup; false (with why, once) where none can be
-  [ -n "$idle_ready" ] && { [ "$idle_ready" = yes ]; return; }
-  idle_ready=no
-  if [ ! -f /sys/fs/cgroup/cpu/cpu.shares ]; then
-    echo "run-gates: no cgroup-v1 cpu hierarchy here: idle gates run at nice 19 only" >&2
-  elif ! mkdir -p "$IDLE_CGROUP" 2>/dev/null || ! echo 2 >"$IDLE_CGROUP/cpu.shares" 2>/dev/null; then
-    echo "run-gates: cannot write $IDLE_CGROUP (not root?): idle gates run at nice 19 only" >&2
-  else
-    idle_ready=yes
+make_cgroups() {  # make the weighted cpu cgroups; false (with why, once) where none can be
+  [ -n "$cgroups_ready" ] && { [ "$cgroups_ready" = yes ]; return; }
+  cgroups_ready=no
+  if [ ! -f "$CGROUPS/cpu.shares" ]; then
+    echo "run-gates: no cgroup-v1 cpu hierarchy here: idle: and low: gates run at nice 19 only" >&2
+    return 1
   fi
-  [ "$idle_ready" = yes ]
+  local class
+  for class in "${!SHARES[@]}"; do
+    if ! mkdir -p "$CGROUPS/gpuops-gates-$class" 2>/dev/null \
+      || ! echo "${SHARES[$class]}" >"$CGROUPS/gpuops-gates-$class/cpu.shares" 2>/dev/null; then
+      echo "run-gates: cannot write $CGROUPS/gpuops-gates-$class (not root?): idle: and low:" \
+        "gates run at nice 19 only" >&2
+      return 1
+    fi
+  done
+  cgroups_ready=yes
 }
 
-run_gate() {  # run_gate NAME: make NAME, in the idle cgroup when NAME is idle:GATE
+log_of() { echo "$LOG_DIR/${1//:/-}.log"; }  # log_of GATE: where its output is kept
+
+run_gate() {  # run_gate NAME: make NAME, in its cgroup when NAME is idle:GATE or low:GATE
   local name=$1 gate=$1
   # A subshell of its own: its `times` are this gate's processes' alone, and one that
-  # moves itself to the idle cgroup takes make and all it starts along.
+  # moves itself to a cgroup takes make and all it starts along.
   (
     case "$gate" in
-      idle:*)
-        gate=${gate#idle:}
-        if idle_cgroup; then echo "$BASHPID" >"$IDLE_CGROUP/cgroup.procs"; fi
+      idle:* | low:*)
+        if make_cgroups; then echo "$BASHPID" >"$CGROUPS/gpuops-gates-${gate%%:*}/cgroup.procs"; fi
+        gate=${gate#*:}
         ;;
     esac
     make --no-print-directory "$gate"
     rc=$?
     times >"$(log_of "$name").cpu"  # not in a pipeline: a subshell there has no children
+    date +%s >"$(log_of "$name").end"
     exit "$rc"
   )
 }
@@ -74,22 +88,23 @@ cpu_seconds() {  # cpu_seconds GATE: the user and system CPU seconds its process
     BEGIN { printf "%d", sec(u) + sec(s) }'
 }
 
-log_of() { echo "$LOG_DIR/${1//:/-}.log"; }  # log_of GATE: where its output is kept
-
-record() {  # record NAME RESULT START: it ends now
-  names+=("$1"); results+=("$2"); starts+=("$(($3 - begin))"); ends+=("$(($(date +%s) - begin))")
+record() {  # record NAME RESULT START: it ended when it wrote its .end, else now
+  local end
+  end=$(cat "$(log_of "$1").end" 2>/dev/null || date +%s)
+  names+=("$1"); results+=("$2"); starts+=("$(($3 - begin))"); ends+=("$((end - begin))")
   [ "$2" = ok ] || status=1
 }
 
-wait_background() {  # as each background gate ends, in the order they end
-  local pid result
+wait_background() {  # each background gate, as it ends (one that ended earlier: at once)
+  local pid result gate start
   while [ "${#bg_gate[@]}" -gt 0 ]; do
     pid=""
     if wait -n -p pid "${!bg_gate[@]}"; then result=ok; else result=FAILED; fi
     [ -n "$pid" ] || break  # nothing left to wait for
-    printf '\n===== %s (background) ended: %s =====\n' "${bg_gate[$pid]}" "$result"
-    record "${bg_gate[$pid]}" "$result" "${bg_start[$pid]}"
-    unset "bg_gate[$pid]" "bg_start[$pid]"
+    read -r gate start <<<"${bg_gate[$pid]}"
+    printf '\n===== %s (background) ended: %s =====\n' "$gate" "$result"
+    record "$gate" "$result" "$start"
+    unset "bg_gate[$pid]"
   done
 }
 
@@ -104,8 +119,8 @@ failure_tail() {  # failure_tail GATE: pytest's summary of failures, else the lo
   fi
 }
 
-# Made once here, so that the gates' subshells know whether there is one.
-case " $* " in *" idle:"* | *" bg:idle:"*) idle_cgroup ;; esac
+# Made once here, so that the gates' subshells know whether there are any.
+case " $* " in *" idle:"* | *" low:"* | *":idle:"* | *":low:"*) make_cgroups ;; esac
 for gate in "$@"; do
   case "$gate" in
     nice)
@@ -113,18 +128,17 @@ for gate in "$@"; do
       renice -n 19 -p $$ >/dev/null
       ;;
     wait)
-      running="${bg_gate[*]}"
+      running=$(for pid in "${!bg_gate[@]}"; do echo "${bg_gate[$pid]% *}"; done | tr '\n' ' ')
       printf '\n===== waiting for: %s =====\n' "${running:-(nothing)}"
       wait_background
       ;;
     bg:*)
       gate=${gate#bg:}
-      printf '\n===== %s (in the background; its lines start with [%s]) =====\n' "$gate" "${gate#idle:}"
+      printf '\n===== %s (in the background; its lines start with [%s]) =====\n' "$gate" "${gate#*:}"
       start=$(date +%s)
       # The pipeline's status is make's (pipefail); sed -u keeps the lines flowing.
-      (run_gate "$gate" 2>&1 | tee "$(log_of "$gate")" | sed -u "s/^/[${gate#idle:}] /") &
-      bg_gate[$!]=$gate
-      bg_start[$!]=$start
+      (run_gate "$gate" 2>&1 | tee "$(log_of "$gate")" | sed -u "s/^/[${gate#*:}] /") &
+      bg_gate[$!]="$gate $start"
       ;;
     *)
       printf '\n===== %s =====\n' "$gate"
@@ -136,7 +150,7 @@ for gate in "$@"; do
 done
 wait_background
 # Empty by now (podman moves its containers to its own cgroups); left if anything stayed.
-[ -d "$IDLE_CGROUP" ] && rmdir "$IDLE_CGROUP" 2>/dev/null
+for class in "${!SHARES[@]}"; do rmdir "$CGROUPS/gpuops-gates-$class" 2>/dev/null; done
 for i in "${!names[@]}"; do
   [ "${results[$i]}" = ok ] || failure_tail "${names[$i]}"
 done

@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import subprocess
@@ -204,6 +206,60 @@ class Lab:
     def running(self, component):
         rows = cluster("status", timeout=60).stdout.splitlines()
         return any(row.split()[:1] == [component] and row.split()[1] != "-" for row in rows)
+
+
+class HostDriverLock:
+    """The Makefile's HOST_DRIVER_LOCK, exclusively, for the test that installs a driver on this
+    machine (test_driver_upgrade.py): make pytest's functional tests and molecule's nvidia_*
+    scenarios hold it shared, since they must not meet that driver."""
+
+    def __init__(self, path):
+        self.path = path
+        self.handle = None
+
+    def acquire(self):
+        if self.handle is not None:
+            return
+        handle = open(self.path, "a")  # noqa: SIM115 - held open until release()
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print("waiting for %s: make pytest or molecule's nvidia scenarios" % self.path, flush=True)
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        self.handle = handle
+
+    def release(self):
+        if self.handle is not None:
+            self.handle.close()  # closing the file releases its lock
+            self.handle = None
+
+    @contextlib.contextmanager
+    def held(self):
+        self.acquire()
+        try:
+            yield
+        finally:
+            self.release()
+
+
+HOST_DRIVER = HostDriverLock(os.environ.get("HOST_DRIVER_LOCK", "/run/lock/gpuops-host-driver.lock"))
+
+
+def pytest_collection_finish(session):
+    """Take HOST_DRIVER_LOCK as soon as the session knows it will install a driver (make
+    integration runs that module first), before the lanes beside it take the lock shared:
+    they then wait the few minutes of that module, not it for them most of an hour."""
+    if any(item.path.name == "test_driver_upgrade.py" for item in session.items):
+        HOST_DRIVER.acquire()
+
+
+def pytest_sessionfinish(session):
+    HOST_DRIVER.release()
+
+
+@pytest.fixture(scope="session")
+def host_driver_lock():
+    return HOST_DRIVER
 
 
 @pytest.fixture(scope="session")

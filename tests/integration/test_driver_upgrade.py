@@ -9,8 +9,6 @@ cordon; the label keeps the failed step and the next run resumes there."""
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import os
 import shutil
@@ -27,9 +25,6 @@ SOURCE = Path("/etc/apt/sources.list.d/gpuops-lab-driver.list")
 STATE = "nvidia.com/gpu-driver-upgrade-state"
 FAILURE = "gpuops.k8s/driver-upgrade-failure"
 DEFAULT_PROFILE = "h100-8x-nvswitch.yaml"
-# The Makefile's: held shared by make pytest and molecule's nvidia_* scenarios, which must
-# not meet the driver this module installs on this machine.
-HOST_DRIVER_LOCK = os.environ.get("HOST_DRIVER_LOCK", "/run/lock/gpuops-host-driver.lock")
 
 GPU_APP = {
     "apiVersion": "apps/v1",
@@ -107,22 +102,11 @@ def apt_update_lab_source():
     )  # fmt: skip
 
 
-@contextlib.contextmanager
-def host_driver_lock():
-    """HOST_DRIVER_LOCK, exclusively: until every lane that holds it shared is done."""
-    with open(HOST_DRIVER_LOCK, "a") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            print("waiting for %s: make pytest or molecule's nvidia scenarios" % HOST_DRIVER_LOCK, flush=True)
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        yield
-
-
 @pytest.fixture(scope="module")
-def lab_driver(lab):
-    """The lab node running the packaged driver OLD, with a GPU app on it."""
-    with host_driver_lock():
+def lab_driver(lab, host_driver_lock):
+    """The lab node running the packaged driver OLD, with a GPU app on it; HOST_DRIVER_LOCK
+    held exclusively until the driver is purged again (conftest.py)."""
+    with host_driver_lock.held():
         yield from _lab_driver(lab)
 
 
