@@ -132,11 +132,15 @@ def _lab_driver(lab):
         lab.kubectl("uncordon", lab.node)
         lab.kubectl("label", "node", lab.node, STATE + "-")
         lab.kubectl("annotate", "node", lab.node, FAILURE + "-", "gpuops.k8s/driver-upgrade-cordoned-")
-        lab.control("profile", DEFAULT_PROFILE)
         subprocess.run([*APT, "purge", "-y", "-qq", "gpuops-lab-driver"], check=False, capture_output=True)
         # Purged, the driver is gone from the host again: no library, no device node.
         assert not Path("/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1").exists()
         assert not Path("/dev/nvidia0").exists()
+        # Only now the lab's plugin back on its own profile: restarted after the package took
+        # its device nodes, it checks none (there are none), as before this module. Restarted
+        # before, it took their going for 8 lost GPUs, and the next module's healthy node
+        # had none allocatable (seen once this module ran first in make integration).
+        lab.control("profile", DEFAULT_PROFILE)
         SOURCE.unlink(missing_ok=True)
         for stale in Path("/var/lib/apt/lists").glob("*%s*" % str(repo).strip("/").replace("/", "_")):
             stale.unlink()
