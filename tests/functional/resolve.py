@@ -88,6 +88,14 @@ def template_expr(role, template):
     return "{{ lookup('ansible.builtin.template', '%s') }}" % (ROLES / role / "templates" / template)
 
 
+def hosts_inventory(tmp_path, hosts):
+    """A JSON inventory of HOSTS {name: host vars} under tmp_path, for resolve(): one host per
+    case, so one run resolves them all."""
+    path = Path(tmp_path) / "hosts.json"
+    path.write_text(json.dumps({"all": {"hosts": hosts}}), encoding="utf-8")
+    return str(path)
+
+
 def resolve(inventory, names, *, facts=None, exprs=None, extra=None, limit=None, tmp_path=None):
     """{host: {name: value}} for the variables `names` and the expressions `exprs`.
 

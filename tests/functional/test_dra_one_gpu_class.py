@@ -7,25 +7,21 @@ the role and evaluated by the real ansible-playbook, for a play whose hosts are 
 DRA modes. The lab (tests/integration/test_lab_nodes.py) sees the other half: a class
 already in the cluster."""
 
-import json
-
 import pytest
-from resolve import find_task, resolve
+from resolve import find_task, hosts_inventory, resolve
 
 TASK = find_task("device_plugin", "dra_checks.yml", "Refuse a second DeviceClass for nvidia.com/gpu pods")
 
 
 def refusal(tmp_path, modes, **host_vars):
     """{host: (refused, message)} for a play of hosts in MODES {host: mode}."""
-    inventory = tmp_path / "hosts.json"
     hosts = {host: {"device_plugin_mode": mode, **host_vars.get(host, {})} for host, mode in modes.items()}
-    inventory.write_text(json.dumps({"all": {"hosts": hosts}}), encoding="utf-8")
     when = " and ".join("(%s)" % condition for condition in TASK["when"])
     exprs = {"refused": "{{ %s }}" % when, "message": TASK["ansible.builtin.fail"]["msg"]}
     # The task's vars, as the play gives them to its condition and message; no DeviceClass
     # in the cluster (the task reading them registered none).
     extra = dict(TASK["vars"], __device_plugin_dra_classes={"resources": []})
-    found = resolve(str(inventory), [], exprs=exprs, extra=extra, tmp_path=tmp_path)
+    found = resolve(hosts_inventory(tmp_path, hosts), [], exprs=exprs, extra=extra, tmp_path=tmp_path)
     return {host: (got["refused"], " ".join(got["message"].split())) for host, got in found.items()}
 
 

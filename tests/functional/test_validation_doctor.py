@@ -12,10 +12,8 @@ inventory, so two ansible-playbook runs judge them all (one pair per scenario to
 of this file's 3 minutes in make test).
 """
 
-import json
-
 import pytest
-from resolve import find_task, resolve, task_arg
+from resolve import find_task, hosts_inventory, resolve, task_arg
 
 RESOURCE = "nvidia.com/gpu"
 UUIDS = ["GPU-%08d-0000-0000-0000-000000000000" % i for i in range(8)]
@@ -148,13 +146,6 @@ def dra_gpu():
     return dict(gpu(), device_plugin={"mode": "dra"})
 
 
-def inventory(tmp_path, hosts):
-    """A JSON inventory of HOSTS {name: host vars}."""
-    path = tmp_path / "hosts.json"
-    path.write_text(json.dumps({"all": {"hosts": hosts}}), encoding="utf-8")
-    return str(path)
-
-
 def scenarios():
     """{name: (gpu_info's, node_state_info's and k8s_info's Node results, more registered)}."""
     dra_state = node_state(registered=[], sockets=())
@@ -215,7 +206,7 @@ def verdicts(tmp_path_factory):
     exprs = expressions()
     # The wait reads gpu_validation_settled and gpu_validation_mode, which the role sets first.
     first = resolve(
-        inventory(tmp_path, hosts),
+        hosts_inventory(tmp_path, hosts),
         [],
         exprs={"settled": exprs["settled"], "mode": exprs["mode"]},
         tmp_path=tmp_path,
@@ -223,7 +214,7 @@ def verdicts(tmp_path_factory):
     for name, got in first.items():
         hosts[name].update(gpu_validation_settled=got["settled"], gpu_validation_mode=got["mode"].strip())
     later = {"done": exprs["done"], "findings": exprs["findings"], "allocatable": exprs["allocatable"]}
-    found = resolve(inventory(tmp_path, hosts), [], exprs=later, tmp_path=tmp_path)
+    found = resolve(hosts_inventory(tmp_path, hosts), [], exprs=later, tmp_path=tmp_path)
     return {
         name: dict(
             got, settled=hosts[name]["gpu_validation_settled"], mode=hosts[name]["gpu_validation_mode"]
@@ -325,7 +316,7 @@ def test_both_roles_judge_the_driver_the_node_records(tmp_path):
         hosts["node-" + mode] = {"gpu_validation_gpu": record, "gpu_doctor_gpu": record}
     names = ["__gpu_%s_%s" % (role, name) for role in ("validation", "doctor") for name in PER_DRIVER]
     found = resolve(
-        inventory(tmp_path, hosts), [*names, "__gpu_doctor_dra_extended_class"], tmp_path=tmp_path
+        hosts_inventory(tmp_path, hosts), [*names, "__gpu_doctor_dra_extended_class"], tmp_path=tmp_path
     )
     for mode, (driver, extended_class) in RECORDED_DRIVERS.items():
         got = found["node-" + mode]
