@@ -32,6 +32,10 @@ KUBELET_SOCKET = "kubelet.sock"
 # after the stand-in has counted it: NVIDIA's plugin (v0.19.1 and v0.20.0) then arms a 30 s restart
 # timer that no later successful registration disarms, and restarts 30 s on, mid-run.
 REGISTER_GRACE = 20.0
+# How long a plugin may take to register: under make test's load the daemon's first Register
+# after a restart can time out (its own 10 s bound) and be retried 5 s later, so two
+# attempts fit. A plugin that never registers still fails the wait.
+REGISTER_WAIT = 30.0
 
 
 class PluginClient:
@@ -138,7 +142,7 @@ class KubeletStandin:
         if old is not None:
             old.close()
 
-    def wait_registered(self, resource, after=0, timeout=10.0) -> PluginClient:
+    def wait_registered(self, resource, after=0, timeout=REGISTER_WAIT) -> PluginClient:
         """Wait for a registration of resource numbered above `after` (see .registrations)."""
         deadline = time.monotonic() + timeout
         with self.registered:

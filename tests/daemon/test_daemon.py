@@ -76,7 +76,7 @@ def start(lib_dir, plugin_dir):
 
 def ready(kubelet, resource=GPU, count=8):
     """The kubelet's view of resource once it registered with count healthy devices."""
-    client = kubelet.wait_registered(resource, timeout=30)
+    client = kubelet.wait_registered(resource)
     client.wait(all_healthy(count))
     return client
 
@@ -94,7 +94,7 @@ def write_config(plugin_dir, text):
 
 def test_registers_and_lists_the_eight_h100s(kubelet, start):
     start()
-    client = kubelet.wait_registered(GPU, timeout=30)
+    client = kubelet.wait_registered(GPU)
     devices = client.wait(all_healthy(8))
     assert sorted(devices) == sorted(H100_UUIDS)
     assert client.options.get_preferred_allocation_available is True
@@ -182,7 +182,7 @@ def test_allocate_strategies_over_grpc(kubelet, start, args, expected):
 
 def test_cdi_annotations_over_grpc(kubelet, start):
     start(args=("--device-list-strategy", "cdi-annotations"))
-    client = kubelet.wait_registered(GPU, timeout=30)
+    client = kubelet.wait_registered(GPU)
     annotations = dict(client.allocate([H100_UUIDS[0]]).container_responses[0].annotations)
     ((key, value),) = annotations.items()
     assert re.fullmatch(r"cdi\.k8s\.io/nvidia-device-plugin_[0-9a-f-]{36}", key)
@@ -194,18 +194,18 @@ def test_twenty_kubelet_restarts_in_a_row(kubelet, start, plugin_dir):
     with open(checkpoint, "w") as handle:
         handle.write("{}")
     start()
-    kubelet.wait_registered(GPU, timeout=30).wait(all_healthy(8))
+    kubelet.wait_registered(GPU).wait(all_healthy(8))
     for _restart in range(20):
         before = kubelet.registrations
         kubelet.restart()
-        kubelet.wait_registered(GPU, after=before, timeout=10).wait(all_healthy(8))
+        kubelet.wait_registered(GPU, after=before).wait(all_healthy(8))
     with open(checkpoint) as handle:
         assert handle.read() == "{}"  # never touches the kubelet's own files
 
 
 def test_re_registers_when_its_own_socket_is_deleted(kubelet, start, plugin_dir):
     daemon = start()
-    kubelet.wait_registered(GPU, timeout=30).wait(all_healthy(8))
+    kubelet.wait_registered(GPU).wait(all_healthy(8))
     before = kubelet.registrations
     os.unlink(os.path.join(plugin_dir, "gpuops-gpu.sock"))
     kubelet.wait_registered(GPU, after=before).wait(all_healthy(8))
@@ -383,12 +383,12 @@ sharing:
 def test_sighup_reloads_the_configuration(kubelet, start, plugin_dir):
     path = write_config(plugin_dir, "version: v1\n")
     daemon = start(config=path)
-    kubelet.wait_registered(GPU, timeout=30).wait(all_healthy(8))
+    kubelet.wait_registered(GPU).wait(all_healthy(8))
     with open(path, "w") as handle:
         handle.write(SHARED_CONFIG)
     before = kubelet.registrations
     daemon.signal(signal.SIGHUP)
-    shared = kubelet.wait_registered(GPU + ".shared", after=before, timeout=15).wait(all_healthy(14))
+    shared = kubelet.wait_registered(GPU + ".shared", after=before).wait(all_healthy(14))
     assert sorted(shared) == sorted("%s::%d" % (uuid, n) for uuid in H100_UUIDS[1:] for n in range(2))
     assert kubelet.wait_registered(GPU, after=before).wait(all_healthy(1)) == {H100_UUIDS[0]: "Healthy"}
 
@@ -451,7 +451,7 @@ def test_no_nvml_fails_by_default_and_waits_when_told_not_to(plugin_dir, tmp_pat
 
 def test_sigterm_stops_cleanly_and_removes_only_its_socket(kubelet, start, plugin_dir):
     daemon = start()
-    kubelet.wait_registered(GPU, timeout=30)
+    kubelet.wait_registered(GPU)
     assert daemon.stop() == 0
     assert sorted(os.listdir(plugin_dir)) == ["kubelet.sock"]
     assert "stopping on SIGTERM" in daemon.text()
@@ -459,7 +459,7 @@ def test_sigterm_stops_cleanly_and_removes_only_its_socket(kubelet, start, plugi
 
 def test_mig_mixed_offers_one_resource_per_profile(kubelet, start, mig_lib_dir):
     start(library=mig_lib_dir, profile="a100-8x-mig.yaml", args=("--mig-strategy", "mixed"))
-    kubelet.wait_registered("nvidia.com/mig-1g.5gb", timeout=30)
+    kubelet.wait_registered("nvidia.com/mig-1g.5gb")
     for name in (
         "nvidia.com/gpu",
         "nvidia.com/mig-4g.20gb",
@@ -511,7 +511,7 @@ def test_answers_the_kubelet_as_it_did_on_a_real_h100(kubelet, start, plugin_dir
         handle.write(TWO_REPLICAS_CONFIG)
     before = kubelet.registrations
     daemon.signal(signal.SIGHUP)
-    shared = kubelet.wait_registered(GPU, after=before, timeout=15).wait(all_healthy(16))
+    shared = kubelet.wait_registered(GPU, after=before).wait(all_healthy(16))
     assert sorted(d for d in shared if d.startswith(H100_UUIDS[0])) == [
         name.replace(real_uuid, H100_UUIDS[0]) for name in real["time_slicing_2"]
     ]
