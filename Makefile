@@ -37,7 +37,8 @@ site: lab-nodes  ## Run the main job (playbooks/site.yml) on the lab's Kubernete
 .PHONY: test
 test: venv lab-deps sanity-deps lab-images lab-toolkit lab-cluster-deps lab-nvidia-dra  ## Run every gate and test suite (what CI runs)
 	@# Lanes from the start: the lab cluster's tests at full priority, the other gates one
-	@# after another at nice 19, molecule's nvidia_* scenarios beside them. The machine is
+	@# after another at nice 19, molecule's two lanes beside them (their scenarios wait on
+	@# systemd and timers, and fill the CPU the others leave while they do). The machine is
 	@# busy from start to end, so the others must not slow the lab's lane: idle: and low: put
 	@# a gate in a cpu cgroup of little weight too (scripts/run-gates.sh says why nice alone
 	@# does not), low: for pytest's functional tests, whose commands have timeouts of a minute;
@@ -46,8 +47,9 @@ test: venv lab-deps sanity-deps lab-images lab-toolkit lab-cluster-deps lab-nvid
 	@# start, so the gates that must not meet that driver (molecule's nvidia_* scenarios, the
 	@# daemon's and the functional tests) start after the lint gates and wait its few minutes,
 	@# not it for them. Shared builds first, above.
-	@bash scripts/run-gates.sh bg:integration nice lint idle:ansible-lint bg:idle:molecule-gpu idle:sanity \
-	  idle:units build idle:ee pytest-daemon low:pytest-functional bg:idle:matrix idle:molecule-runtime
+	@bash scripts/run-gates.sh bg:integration nice lint idle:ansible-lint bg:idle:molecule-gpu \
+	  bg:idle:molecule-runtime idle:sanity idle:units build idle:ee pytest-daemon low:pytest-functional \
+	  idle:matrix
 
 .PHONY: lint
 lint: venv  ## ruff lint and format check; docs/variables.md up to date with the roles' specs
@@ -142,8 +144,8 @@ endef
 molecule: venv lab-images lab-toolkit  ## molecule test for every scenario in extensions/molecule
 	$(call molecule_scenarios,$(MOLECULE_SCENARIOS))
 
-# make test's two molecule parts: the nvidia_* scenarios early, beside the gates' chain (they
-# wait for the integration lane's driver test to end), the others at the chain's end.
+# make test's two molecule lanes, both beside the gates' chain from its start: the nvidia_*
+# scenarios (they wait for the integration lane's driver test to end) and the others.
 molecule-gpu: venv lab-images lab-toolkit  ## molecule test for the nvidia_* scenarios
 	$(call molecule_scenarios,$(filter nvidia_%,$(MOLECULE_SCENARIOS)))
 
