@@ -7,6 +7,7 @@ kubelet join the lab's control plane, reached over SSH as a non-root user with b
 from __future__ import annotations
 
 import concurrent.futures
+import importlib
 import json
 import os
 import re
@@ -148,12 +149,16 @@ def on_node(node, module, args):
     return hosts[node]
 
 
+def lablib(name):
+    """The lab's own module lablib.NAME (lab/ goes on sys.path once)."""
+    if str(ROOT / "lab") not in sys.path:
+        sys.path.insert(0, str(ROOT / "lab"))
+    return importlib.import_module("lablib." + name)
+
+
 def provisioned_containerd_config():
     """The node's own containerd settings, as lab/nodes.py's provisioning wrote them."""
-    sys.path.insert(0, str(ROOT / "lab"))
-    from lablib.node_join import containerd_config  # noqa: PLC0415 - the lab's own, found at run time
-
-    return containerd_config()
+    return lablib("node_join").containerd_config()
 
 
 def test_nodes_are_ready_with_their_own_containerd(nodes):
@@ -1495,10 +1500,7 @@ def validated_through_dra(fleet, driver=DRA_DRIVER):
 def systemctl_on_faulted(*args):
     """systemctl ARGS on the faulted node through podman exec (the lab's own): about a second,
     where an Ansible call takes several, so the restart rounds can be the issue's 20."""
-    sys.path.insert(0, str(ROOT / "lab"))
-    from lablib.node_containers import podman  # noqa: PLC0415 - the lab's own, found at run time
-
-    podman("exec", FAULTED, "systemctl", *args)
+    lablib("node_containers").podman("exec", FAULTED, "systemctl", *args)
 
 
 def restart_rounds(nodes):
