@@ -25,7 +25,7 @@ from pathlib import Path
 
 PACKAGE = "ansible_collections.gpuops.k8s.plugins"
 # Which side each plugin runs on, by file name (module_utils are matched by prefix).
-CONTROLLER_MODULES = {"gpu_node"}
+CONTROLLER_MODULES = {"gpu_node", "k8s_objects_info"}
 NODE_MODULES = {
     "gpu_info",
     "nvidia_runtime",
@@ -38,7 +38,15 @@ NODE_MODULES = {
 # controller; _kubelet and _node_state too, which it reads with (kubelet_info and
 # node_state_info also take them to the node: the stricter side checks them); _dra_view,
 # the DRA filters' and the doctor's reading of slices and claims.
-CONTROLLER_UTILS_PREFIXES = ("_node_labels", "_node_api", "_doctor", "_kubelet", "_node_state", "_dra_view")
+CONTROLLER_UTILS_PREFIXES = (
+    "_node_labels",
+    "_node_api",
+    "_k8s_reads",
+    "_doctor",
+    "_kubelet",
+    "_node_state",
+    "_dra_view",
+)
 NODE_UTILS_PREFIXES = (
     "_gpu_facts",
     "_gpu_info",
@@ -50,7 +58,7 @@ NODE_UTILS_PREFIXES = (
     "_file_tree",
 )
 # Flags the controller-side plugins set when a library failed to import.
-IMPORT_FLAGS = {"_node_api": ("K8S_CORE_ERROR", "KUBERNETES_ERROR")}
+IMPORT_FLAGS = {"_node_api": ("K8S_CORE_ERROR", "KUBERNETES_ERROR"), "k8s_objects_info": ("K8S_CORE_ERROR",)}
 
 
 def side(kind, name):
