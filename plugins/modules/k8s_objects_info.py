@@ -18,7 +18,7 @@ description:
     run, and returns each query's result under the name the caller gave it, shaped exactly
     as M(kubernetes.core.k8s_info) returns it (the same code, C(K8sService.find), answers it).
   - For roles that read many objects at once (the C(gpu_doctor) role reads a node's Node,
-    its RuntimeClass, the DRA driver's objects and dcgm-exporter's): one task instead of one
+    its RuntimeClass, the DRA driver's objects and dcgm-exporter's) in one task instead of one
     per object, each of which would start Python and import the kubernetes client again.
   - Every query is checked before the API is reached; one that is not valid fails the task
     with its name, the field and what would be valid.
