@@ -83,7 +83,7 @@ def expressions():
     read = find_task(
         "gpu_validation",
         "main.yml",
-        "Read the Node, until it is Ready and its allocatable GPUs match the GPUs found",
+        "Read the Node, the DRA driver's objects and dcgm-exporter's, until the node offers the GPUs found",
     )
     findings = task_arg(
         "gpu_validation",
@@ -115,6 +115,9 @@ def expressions():
         "allocatable": allocatable,
     }
 
+
+# What the API answers where no DRA driver publishes.
+NO_SLICES = {"api_found": True, "resources": []}
 
 # Mode dra: the node's record says so; no device plugin socket, no nvidia.com/gpu in the
 # Node's status, and the driver's ResourceSlice offers the GPUs (tainted ones do not count).
@@ -182,6 +185,13 @@ def scenarios():
         "dra": (dra_gpu(), dra_state, dra_node(), dra_registered()),
         "dra_tainted": (dra_gpu(), dra_state, dra_node(), dra_registered(tainted=[3])),
         "dra_no_class": (dra_gpu(), dra_state, dra_node(), no_class),
+        # The driver has just started: its slice is not published yet.
+        "dra_unpublished": (
+            dra_gpu(),
+            dra_state,
+            dra_node(),
+            dict(dra_registered(), gpu_validation_slices=NO_SLICES),
+        ),
     }
 
 
@@ -200,9 +210,18 @@ def verdicts(tmp_path_factory):
             "gpu_validation_node_state_after": {"skipped": True, "changed": False},
             "gpu_validation_node": node_result,
             # The until's own vars: as many reads as the default wait gives.
-            "__gpu_validation_node_reads": 30,
+            "__gpu_validation_api_reads": 30,
             **extra,
         }
+        # The one read the wait judges, as k8s_objects_info returns it (until adds attempts);
+        # the role names its parts as above.
+        objects = {"node": node_result, "slices": NO_SLICES, "device_classes": NO_SLICES}
+        objects.update(
+            (key, hosts[name]["gpu_validation_" + key])
+            for key in ("slices", "device_classes")
+            if "gpu_validation_" + key in hosts[name]
+        )
+        hosts[name]["gpu_validation_api"] = {"objects": objects, "attempts": node_result["attempts"]}
     exprs = expressions()
     # The wait reads gpu_validation_settled and gpu_validation_mode, which the role sets first.
     first = resolve(
@@ -290,6 +309,13 @@ def test_a_dra_node_with_a_tainted_gpu_fails_in_the_doctors_words(verdicts):
         "untainted"
     )
     assert int(got["allocatable"]) == 7
+
+
+def test_a_dra_node_is_waited_for_until_its_slice_offers_every_gpu_untainted(verdicts):
+    # Ready with nothing of nvidia.com/gpu in its status, as a DRA node always is: what ends
+    # the wait is the slice, published a few seconds after the driver's start.
+    assert verdicts["dra_unpublished"]["done"] is False, verdicts["dra_unpublished"]
+    assert verdicts["dra_tainted"]["done"] is False, verdicts["dra_tainted"]
 
 
 def test_a_dra_node_without_its_device_class_fails(verdicts):
