@@ -26,10 +26,28 @@ LAB = Path(__file__).resolve().parents[1]
 START_TIMEOUT_S = 120
 
 
-def _script_dir(script: Path) -> Path:
-    """The directory a lab build script prints last (it builds or reuses its cache)."""
+def _script_dir(script: Path, override: str) -> Path:
+    """The directory a lab build script prints last (it builds or reuses its cache), or the
+    one the environment variable override names (binaries carried to a machine that cannot
+    build them, as lab/real-gpu/record.py's)."""
+    if os.environ.get(override):
+        return Path(os.environ[override])
     out = subprocess.run(["bash", str(script)], check=True, capture_output=True, text=True).stdout
     return Path(out.strip().splitlines()[-1])
+
+
+def _rsa_key_pem() -> bytes:
+    """The service-account signing key (cryptography, an ansible-core requirement: no openssl
+    binary needed, which a GPU machine's image may lack)."""
+    from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
+    from cryptography.hazmat.primitives.asymmetric import rsa  # noqa: PLC0415
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.TraditionalOpenSSL,
+        serialization.NoEncryption(),
+    )
 
 
 def _free_port() -> int:
@@ -52,8 +70,8 @@ class PrivateApi:
         return f"https://127.0.0.1:{self.port}"
 
     def start(self) -> PrivateApi:
-        kube_bin = _script_dir(LAB / "kube" / "build.sh")
-        etcd_bin = _script_dir(LAB / "kube" / "etcd.sh")
+        kube_bin = _script_dir(LAB / "kube" / "build.sh", "GPUOPS_LAB_KUBE_BIN")
+        etcd_bin = _script_dir(LAB / "kube" / "etcd.sh", "GPUOPS_LAB_ETCD_BIN")
         self.root.mkdir(parents=True, exist_ok=True)
         client_port, peer_port = _free_port(), _free_port()
         etcd_url = f"http://127.0.0.1:{client_port}"
@@ -74,7 +92,8 @@ class PrivateApi:
         tokens.write_text(f"{self.token},admin,admin,system:masters\n")
         tokens.chmod(0o600)
         key = self.root / "service-account.key"
-        subprocess.run(["openssl", "genrsa", "-out", str(key), "2048"], check=True, capture_output=True)
+        key.write_bytes(_rsa_key_pem())
+        key.chmod(0o600)
         self._spawn(
             "kube-apiserver",
             [
@@ -162,3 +181,67 @@ class PrivateApi:
                 process.wait()
         self.processes.clear()
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+class NodeApi:
+    """One Node in a PrivateApi: its claims, its ResourceSlices of driver (as the scheduler and
+    the kubelet would write and read them)."""
+
+    def __init__(self, api, name, driver):
+        from kubernetes import client  # noqa: PLC0415
+
+        self.api = api
+        self.name = name
+        self.api_client = api.client()
+        self.core = client.CoreV1Api(self.api_client)
+        self.resource = client.ResourceV1Api(self.api_client)
+        self.uid = self.core.create_node({"metadata": {"name": name}}).metadata.uid
+        # Its claims in a namespace of its own: the tests share the API server.
+        self.namespace = name
+        self.core.create_namespace({"metadata": {"name": name}})
+        self.driver = driver
+        self.selector = f"spec.nodeName={name},spec.driver={driver}"
+
+    def put_claim(self, document):
+        """Create the claim, then write its allocation as the scheduler does (status)."""
+        metadata = document["metadata"]
+        body = {
+            "metadata": {"name": metadata["name"]},
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {"name": request["name"], "exactly": {"deviceClassName": self.driver}}
+                        for request in document["spec"]["devices"]["requests"]
+                    ]
+                }
+            },
+        }
+        created = self.resource.create_namespaced_resource_claim(metadata["namespace"], body)
+        created.status = document["status"]
+        stored = self.resource.replace_namespaced_resource_claim_status(
+            metadata["name"], metadata["namespace"], created
+        )
+        return self.api_client.sanitize_for_serialization(stored)
+
+    def delete_claim(self, namespace, name):
+        self.resource.delete_namespaced_resource_claim(name, namespace)
+
+    def slices(self):
+        found = self.resource.list_resource_slice(field_selector=self.selector).items
+        return {s.metadata.name: self.api_client.sanitize_for_serialization(s) for s in found}
+
+    def versions(self):
+        """Each slice's name and resourceVersion: equal before and after means no write."""
+        return {name: s["metadata"]["resourceVersion"] for name, s in self.slices().items()}
+
+    def wipe(self):
+        """The kubelet's cleanup when no plugin of the driver is connected (or it restarts)."""
+        for name in self.slices():
+            self.resource.delete_resource_slice(name)
+
+    def status_resources(self):
+        status = self.core.read_node_status(self.name).status
+        return dict(status.capacity or {}), dict(status.allocatable or {})
+
+    def set_status_resources(self, resources):
+        self.core.patch_node_status(self.name, {"status": {"capacity": resources, "allocatable": resources}})

@@ -18,6 +18,11 @@ It reads and never sets: NVML queries, and the daemon's answers to a kubelet sta
 - cdi.json and nvidia.yaml (with NVIDIA_CTK, an nvidia-ctk built from NVIDIA's source by
   lab/toolkit/build.sh): `nvidia-ctk cdi generate` on the real driver, its messages, and
   the gpuops.k8s.nvidia_cdi_spec module run, run again, and run in check mode;
+- dra.json (with NVIDIA_CTK, and etcd and kube-apiserver as lab/daemon/private_api.py finds
+  them): the daemon's DRA front end on the driver's NVML, the API a private kube-apiserver,
+  the kubelet lab/daemon/dra_kubelet_standin.py: registration, the ResourceSlice published,
+  a claim of one GPU prepared on the toolkit's specification above and unprepared (p50/p99),
+  the health stream for 10 s, SIGTERM;
 - nvidia-smi.txt: `nvidia-smi -q` and `nvidia-smi topo -m`, for people.
 
 Identifiers (GPU UUIDs, serial numbers, board ids, the host's name) are replaced by
@@ -44,10 +49,14 @@ sys.path.insert(0, str(ROOT / "roles" / "device_plugin" / "files" / "gpuops-devi
 import grpc  # noqa: E402
 import pynvml  # noqa: E402
 from dp_harness import DAEMON_DIR, TWO_REPLICAS_CONFIG, Daemon, short_tempdir  # noqa: E402
+from dra_kubelet_standin import register  # noqa: E402
+from dra_node import claim  # noqa: E402
 from google.protobuf.json_format import MessageToDict  # noqa: E402
 from kubelet_standin import KubeletStandin  # noqa: E402
+from private_api import NodeApi, PrivateApi  # noqa: E402
 
 from gpuops_device_plugin.api import api_pb2, api_pb2_grpc  # noqa: E402
+from gpuops_device_plugin.dra.devices import DRIVER  # noqa: E402
 
 GPU = "nvidia.com/gpu"
 HOST_STAND_IN = "real-gpu-host"
@@ -113,6 +122,14 @@ def identifiers():
     finally:
         pynvml.nvmlShutdown()
     return dict(sorted(found.items(), key=lambda item: -len(item[0])))
+
+
+def gpu_count():
+    pynvml.nvmlInit()
+    try:
+        return pynvml.nvmlDeviceGetCount()
+    finally:
+        pynvml.nvmlShutdown()
 
 
 def sanitise(text, ids):
@@ -253,6 +270,111 @@ def run_daemon(lib_dir):
     return record
 
 
+DRA_CONFIG = """\
+version: v1
+frontEnd: dra
+dra:
+  nodeName: {node}
+  kubeconfig: {root}/kubeconfig
+  kubeletRegistryDir: {root}/registry
+  kubeletPluginsDir: {root}/plugins
+  cdiDir: {root}/cdi
+  toolkitSpec: {spec}
+"""
+
+
+def wait_until(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while True:
+        found = predicate()
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            raise TimeoutError("%s: not within %gs" % (what, timeout))
+        time.sleep(0.05)
+
+
+def run_dra(lib_dir, toolkit_spec, count):
+    """The DRA front end on the real GPUs: a private API server, the DRA kubelet stand-in."""
+    root = Path(short_tempdir("real-gpu-dra-"))
+    record = {}
+    started = time.perf_counter()
+    api = PrivateApi(str(root / "api")).start()
+    record["api_server_seconds_to_ready"] = round(time.perf_counter() - started, 2)
+    node = NodeApi(api, HOST_STAND_IN, DRIVER)
+    api.kubeconfig(str(root / "kubeconfig"))
+    config = root / "config.yaml"
+    config.write_text(DRA_CONFIG.format(node=HOST_STAND_IN, root=root, spec=toolkit_spec))
+    (root / "device-plugins").mkdir()
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(DAEMON_DIR), os.environ.get("PYTHONPATH")]))}
+    daemon = Daemon(lib_dir, str(root / "device-plugins"), profile=None, config=config, env=env)
+    kubelet = []
+    try:
+        dra_session(record, root, node, daemon, kubelet, count=count)
+    except Exception as error:  # what went wrong is part of the record
+        record["error"] = "%s: %s" % (type(error).__name__, error)
+    finally:
+        for client in kubelet:
+            client.close()
+        daemon.stop()
+        record["log"] = daemon.text().splitlines()[-60:] if os.path.exists(daemon.log_path) else []
+        daemon.cleanup()
+        api.stop()
+    return record
+
+
+def dra_session(record, root, node, daemon, kubelet, *, count):
+    started = time.perf_counter()
+    daemon.start()
+    kubelet.append(register(str(root / "registry" / f"{DRIVER}-reg.sock"), wait_s=60))
+    client = kubelet[0]
+    record["seconds_to_registration"] = round(time.perf_counter() - started, 3)
+    record["services"] = [client.plugin_service, client.health_service]
+    slices = wait_until(
+        lambda: [s for s in node.slices().values() if len(s["spec"]["devices"]) == count],
+        60,
+        "a slice of %d devices" % count,
+    )
+    record["seconds_to_slice"] = round(time.perf_counter() - started, 3)
+    record["slice_spec"] = slices[0]["spec"]
+    watch = client.watch_health()
+    device = slices[0]["spec"]["devices"][0]["name"]
+    document = node.put_claim(
+        claim("real-gpu", [("gpu", device)], pool=HOST_STAND_IN, namespace=node.namespace)
+    )
+    uid = document["metadata"]["uid"]
+    named = (node.namespace, uid, "real-gpu")
+    started = time.perf_counter()
+    record["prepare"] = client.prepare(named)[uid]
+    record["prepare_seconds"] = round(time.perf_counter() - started, 4)
+    record["claim_spec_files"] = {
+        path.name.replace(uid, "CLAIM-UID"): json.loads(path.read_text().replace(uid, "CLAIM-UID"))
+        for path in (root / "cdi").iterdir()
+    }
+    record["unprepare"] = client.unprepare(named)[uid]
+    record["spec_files_after_unprepare"] = sorted(path.name for path in (root / "cdi").iterdir())
+    timings = {"prepare": [], "unprepare": []}
+    for _round in range(100):
+        for name, call in (("prepare", client.prepare), ("unprepare", client.unprepare)):
+            started = time.perf_counter()
+            call(named)
+            timings[name].append((time.perf_counter() - started) * 1000)
+    for name, values in timings.items():
+        values.sort()
+        record[name + "_ms_p50_p99_of_100"] = [round(values[50], 3), round(values[99], 3)]
+    # Health on the real GPU's events for a while: every device in the stream, healthy.
+    time.sleep(10)
+    record["health_stream_after_10s"] = {"/".join(key): value for key, value in watch.devices.items()}
+    record["slice_taints_after_10s"] = {
+        d["name"]: d.get("taints", []) for s in node.slices().values() for d in s["spec"]["devices"]
+    }
+    stopped = time.perf_counter()
+    rc = daemon.stop()
+    record["sigterm"] = {"rc": rc, "seconds": round(time.perf_counter() - stopped, 3)}
+    checkpoint = root / "plugins" / DRIVER / "checkpoint.json"
+    record["checkpoint_after_stop"] = json.loads(checkpoint.read_text()).get("claims")
+
+
 def command_output(command):
     try:
         return subprocess.run(command, capture_output=True, text=True, check=False).stdout
@@ -291,7 +413,7 @@ def run_cdi(out, ctk, ids):
             spec.read_text() == (scratch / "direct.yaml").read_text()
         )
     (out / "cdi.json").write_text(sanitise(json.dumps(record, indent=2, sort_keys=True), ids) + "\n")
-    return record
+    return spec if spec.exists() else None
 
 
 def main():
@@ -316,13 +438,18 @@ def main():
     query = subprocess.run([sys.executable, query_script], capture_output=True, text=True, check=False)
     (out / "nvml_query.json").write_text(sanitise(query.stdout or query.stderr, ids))
 
+    dra = {}
     if len(sys.argv) > 2:
-        run_cdi(out, sys.argv[2], ids)
+        spec = run_cdi(out, sys.argv[2], ids)  # the real one: the written copy is sanitised
+        if spec is not None:
+            dra = run_dra(lib_dir, spec, gpu_count())
+            (out / "dra.json").write_text(sanitise(json.dumps(dra, indent=2, sort_keys=True), ids) + "\n")
 
     daemon = run_daemon(lib_dir)
     (out / "daemon.json").write_text(sanitise(json.dumps(daemon, indent=2, sort_keys=True), ids) + "\n")
     print("recorded:", sorted(path.name for path in out.iterdir()), flush=True)
-    return 0 if timing["rc"] == 0 and "sigterm" in daemon else 1
+    dra_ok = len(sys.argv) <= 2 or "sigterm" in dra
+    return 0 if timing["rc"] == 0 and "sigterm" in daemon and dra_ok else 1
 
 
 if __name__ == "__main__":

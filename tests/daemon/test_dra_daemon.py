@@ -24,8 +24,7 @@ import pytest
 from dp_harness import H100_UUIDS, Daemon, build_mock, short_tempdir
 from dra_kubelet_standin import register
 from dra_node import claim, toolkit_spec
-from kubernetes import client
-from private_api import PrivateApi
+from private_api import NodeApi, PrivateApi
 
 DRIVER = "gpu.gpuops.k8s"
 NODE_NAMES = (f"node-{n}" for n in itertools.count())
@@ -62,66 +61,6 @@ def api():
     server.stop()
 
 
-class NodeApi:
-    """One Node in the private API server: its claims, its ResourceSlices of the driver."""
-
-    def __init__(self, api, name):
-        self.api = api
-        self.name = name
-        self.api_client = api.client()
-        self.core = client.CoreV1Api(self.api_client)
-        self.resource = client.ResourceV1Api(self.api_client)
-        self.uid = self.core.create_node({"metadata": {"name": name}}).metadata.uid
-        # Its claims in a namespace of its own: the tests share the API server.
-        self.namespace = name
-        self.core.create_namespace({"metadata": {"name": name}})
-        self.selector = f"spec.nodeName={name},spec.driver={DRIVER}"
-
-    def put_claim(self, document):
-        """Create the claim, then write its allocation as the scheduler does (status)."""
-        metadata = document["metadata"]
-        body = {
-            "metadata": {"name": metadata["name"]},
-            "spec": {
-                "devices": {
-                    "requests": [
-                        {"name": request["name"], "exactly": {"deviceClassName": DRIVER}}
-                        for request in document["spec"]["devices"]["requests"]
-                    ]
-                }
-            },
-        }
-        created = self.resource.create_namespaced_resource_claim(metadata["namespace"], body)
-        created.status = document["status"]
-        stored = self.resource.replace_namespaced_resource_claim_status(
-            metadata["name"], metadata["namespace"], created
-        )
-        return self.api_client.sanitize_for_serialization(stored)
-
-    def delete_claim(self, namespace, name):
-        self.resource.delete_namespaced_resource_claim(name, namespace)
-
-    def slices(self):
-        found = self.resource.list_resource_slice(field_selector=self.selector).items
-        return {s.metadata.name: self.api_client.sanitize_for_serialization(s) for s in found}
-
-    def versions(self):
-        """Each slice's name and resourceVersion: equal before and after means no write."""
-        return {name: s["metadata"]["resourceVersion"] for name, s in self.slices().items()}
-
-    def wipe(self):
-        """The kubelet's cleanup when no plugin of the driver is connected (or it restarts)."""
-        for name in self.slices():
-            self.resource.delete_resource_slice(name)
-
-    def status_resources(self):
-        status = self.core.read_node_status(self.name).status
-        return dict(status.capacity or {}), dict(status.allocatable or {})
-
-    def set_status_resources(self, resources):
-        self.core.patch_node_status(self.name, {"status": {"capacity": resources, "allocatable": resources}})
-
-
 class DraNode:
     """One node's directories (short: unix socket paths), its Node in the private API."""
 
@@ -129,7 +68,7 @@ class DraNode:
         self.root = root
         self.name = next(NODE_NAMES)
         self.resync = resync
-        self.api = NodeApi(api, self.name)
+        self.api = NodeApi(api, self.name, DRIVER)
         self.server = api
         self.registration = os.path.join(root, "registry", f"{DRIVER}-reg.sock")
         self.plugin_socket = os.path.join(root, "plugins", DRIVER, "dra.sock")
@@ -306,6 +245,8 @@ def test_prepared_claims_survive_a_restart_of_the_daemon(node, lib_dir):
     first.signal(signal.SIGTERM)
     assert first.proc.wait(timeout=15) == 0
     assert not os.path.exists(node.registration)
+    # Its own stop ends the slice watch's read: not a failure to warn of.
+    assert "cannot watch" not in first.text(), first.text()
     assert node.checkpointed() == {uid: "completed"}
 
     # Gone from the API: reading it would fail the claim; the answer is the checkpoint's.
@@ -386,3 +327,41 @@ def test_a_kubeconfig_that_cannot_be_read_stops_the_start_with_its_path(node, li
     assert rc == 2
     assert f"kubeconfig {missing}: cannot be used" in log
     assert not os.path.exists(node.registration)
+
+
+REAL_H200 = os.path.join(os.path.dirname(__file__), "..", "fixtures", "real_gpu", "h200")
+
+
+def test_the_slice_and_the_prepare_are_shaped_as_on_a_real_h200(node, lib_dir):
+    """lab/real-gpu/record.py ran this front end on a real H200 (tests/fixtures/real_gpu/h200,
+    dra.json), nvidia-smi -q beside it as the witness. Over the mock the slice has the same
+    attributes, capacity and sharing (nvlinkDomain aside: the H200 stood alone, the mock's
+    H100s sit on an NVSwitch), and a prepared claim the same CDI device name."""
+    with open(os.path.join(REAL_H200, "dra.json")) as handle:
+        real = json.load(handle)
+    with open(os.path.join(REAL_H200, "nvidia-smi.txt")) as handle:
+        smi = handle.read()
+    (real_device,) = real["slice_spec"]["devices"]
+    assert real_device["attributes"]["productName"] == {"string": "NVIDIA H200"}
+    assert "Product Name                                       : NVIDIA H200" in smi
+    total = smi.split("FB Memory Usage")[1].split("Total")[1].split(":")[1].split()[0]
+    assert real_device["capacity"]["memory"]["value"] == f"{total}Mi"
+    assert real["health_stream_after_10s"] == {"real-gpu-host/gpu-0": ["HEALTHY", ""]}
+    assert real["prepare"]["error"] == "" and real["spec_files_after_unprepare"] == []
+
+    node.start(lib_dir)
+    (published,) = node.our_slices()
+    device = published["spec"]["devices"][0]
+
+    def shape(attributes):
+        return {name: sorted(value) for name, value in attributes.items() if name != "nvlinkDomain"}
+
+    assert shape(device["attributes"]) == shape(real_device["attributes"])
+    assert sorted(device["capacity"]) == sorted(real_device["capacity"])
+    assert device["allowMultipleAllocations"] is real_device["allowMultipleAllocations"]
+    train, named = allocate(node, "train", "gpu-0")
+    uid = train["metadata"]["uid"]
+    (prepared,) = node.register().prepare(named)[uid]["devices"]
+    (real_prepared,) = real["prepare"]["devices"]
+    real_uid = real_prepared["cdi_device_ids"][0].split("claim=")[1][: len(uid)]
+    assert prepared["cdi_device_ids"] == [i.replace(real_uid, uid) for i in real_prepared["cdi_device_ids"]]

@@ -565,13 +565,16 @@ def test_the_kubernetes_clients_claim_reads_as_the_apis_json():
         server.shutdown()
 
 
-REAL_H100 = os.path.join(os.path.dirname(__file__), "..", "fixtures", "real_gpu", "h100-80gb-hbm3")
+REAL_GPU = os.path.join(os.path.dirname(__file__), "..", "fixtures", "real_gpu")
 REAL_UUID = "GPU-00000000-0000-4000-8000-000000000000"
+# Each recording's toolkit spec, and how many of the driver's files it mounts (its README).
+REAL_MOUNTS = {"h100-80gb-hbm3": 35, "h200": 36}
 
 
-def test_a_claim_spec_on_the_toolkit_spec_of_a_real_h100(tmp_path):
-    """nvidia-ctk 1.20.1's spec on driver 580.159.04 (tests/fixtures/real_gpu/h100-80gb-hbm3)."""
-    toolkit = os.path.join(REAL_H100, "nvidia.yaml")
+@pytest.mark.parametrize("board", sorted(REAL_MOUNTS))
+def test_a_claim_spec_on_the_toolkit_spec_of_a_real_gpu(tmp_path, board):
+    """nvidia-ctk 1.20's spec on driver 580.159.04 (tests/fixtures/real_gpu/BOARD)."""
+    toolkit = os.path.join(REAL_GPU, board, "nvidia.yaml")
     uid = "7d0c6b52-3f1e-4a8b-9c2d-5e6f7a8b9c0d"
     real = claim("train", [("gpu", "gpu-0")], uid=uid)
     preparer = Preparer(
@@ -600,4 +603,4 @@ def test_a_claim_spec_on_the_toolkit_spec_of_a_real_h100(tmp_path):
     }
     (hook,) = spec["devices"][0]["containerEdits"]["hooks"]
     assert hook["args"][-2:] == ["--gpu-id", REAL_UUID]
-    assert len(spec["containerEdits"]["mounts"]) == 35  # the driver's files, as the README counts them
+    assert len(spec["containerEdits"]["mounts"]) == REAL_MOUNTS[board]

@@ -4,11 +4,12 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """gpu_info's facts and labels for a real GPU, checked against NVIDIA's own nvidia-smi.
 
-tests/fixtures/real_gpu/h100-80gb-hbm3 was recorded by lab/real-gpu/record.py on a real NVIDIA
-H100 80GB HBM3 (driver 580.159.04, CUDA 13.0, MIG disabled, one GPU in a VM), identifiers
-replaced (its README.md). gpu_info.json is what the module returned there through the
-ansible CLI; nvidia-smi.txt is `nvidia-smi -q` on the same machine at the same time, the
-independent witness: every fact below is read from it, not from our own output.
+Each folder of tests/fixtures/real_gpu was recorded by lab/real-gpu/record.py on a real
+NVIDIA GPU, identifiers replaced (its README.md): an H100 80GB HBM3 in a Firecracker VM and
+an H200 under gVisor, driver 580.159.04, CUDA 13.0, MIG disabled, one GPU each. gpu_info.json
+is what the module returned there through the ansible CLI; nvidia-smi.txt is `nvidia-smi -q`
+on the same machine at the same time, the independent witness: every fact below is read
+from it, not from our own output.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -24,23 +25,30 @@ import pytest
 from ansible_collections.gpuops.k8s.plugins.module_utils import _cdi_spec as gpu_cdi
 from ansible_collections.gpuops.k8s.plugins.module_utils import _gfd_labels as gfd
 
-FIXTURE = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "real_gpu", "h100-80gb-hbm3")
+REAL_GPU = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "real_gpu")
+# Each recording, and the accelerator label GKE's convention gives its board.
+RECORDINGS = {"h100-80gb-hbm3": "nvidia-h100", "h200": "nvidia-h200"}
 
 
-def _read(name):
-    with open(os.path.join(FIXTURE, name)) as handle:
+@pytest.fixture(scope="module", params=sorted(RECORDINGS))
+def board(request):
+    return request.param
+
+
+def _read(board, name):
+    with open(os.path.join(REAL_GPU, board, name)) as handle:
         return handle.read()
 
 
 @pytest.fixture(scope="module")
-def recorded():
-    return json.loads(_read("gpu_info.json"))
+def recorded(board):
+    return json.loads(_read(board, "gpu_info.json"))
 
 
 @pytest.fixture(scope="module")
-def smi():
+def smi(board):
     """nvidia-smi -q's fields: the first value of each name, and MIG mode's sub-fields."""
-    text = _read("nvidia-smi.txt")
+    text = _read(board, "nvidia-smi.txt")
     fields = {}
     for name, value in re.findall(r"(?m)^\s*([A-Za-z][^:\n]*?)\s*:\s(.*)$", text):
         fields.setdefault(name, value.strip())
@@ -74,7 +82,7 @@ def test_the_facts_gpu_info_read_are_what_nvidia_smi_said(recorded, smi):
     assert recorded["lost_gpus"] == [] and recorded["nvswitch"] is False
 
 
-def test_the_labels_for_the_real_gpu_follow_gfd_from_nvidia_smi_s_values(recorded, smi):
+def test_the_labels_for_the_real_gpu_follow_gfd_from_nvidia_smi_s_values(board, recorded, smi):
     labels = gfd.render(recorded["nvml"], recorded["gpus"])
     # What the module returned on the machine is what the pure code renders from its facts
     # (the machine type was unreadable there: a VM without DMI product name).
@@ -106,22 +114,22 @@ def test_the_labels_for_the_real_gpu_follow_gfd_from_nvidia_smi_s_values(recorde
         # Compute capability 9.0 is Hopper's; nvidia-smi -q does not print it.
         "nvidia.com/gpu.compute.major": "9",
         "nvidia.com/gpu.compute.minor": "0",
-        "accelerator": "nvidia-h100",
+        "accelerator": RECORDINGS[board],
     }
     assert {key: labels.get(key) for key in expected} == expected
 
 
-def test_the_recording_holds_no_real_identifier():
-    text = "".join(_read(name) for name in sorted(os.listdir(FIXTURE)))
+def test_the_recording_holds_no_real_identifier(board):
+    text = "".join(_read(board, name) for name in sorted(os.listdir(os.path.join(REAL_GPU, board))))
     uuids = set(re.findall(r"GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", text))
     assert uuids == {"GPU-00000000-0000-4000-8000-000000000000"}
     assert set(re.findall(r"Serial Number\s*:\s*(.*)", text)) <= {"(removed)", "N/A"}
 
 
 @pytest.fixture(scope="module")
-def generate_stderr():
-    """What nvidia-ctk 1.20.1 (built from NVIDIA's source) logged generating the spec there."""
-    return "\n".join(json.loads(_read("cdi.json"))["generate_stderr"]) + "\n"
+def generate_stderr(board):
+    """What nvidia-ctk 1.20 (built from NVIDIA's source) logged generating the spec there."""
+    return "\n".join(json.loads(_read(board, "cdi.json"))["generate_stderr"]) + "\n"
 
 
 def test_a_real_generation_s_warnings_are_not_taken_for_a_missing_driver(generate_stderr):

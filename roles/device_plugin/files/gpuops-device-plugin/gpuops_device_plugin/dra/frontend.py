@@ -223,6 +223,8 @@ class SliceWatch(threading.Thread):
                         self.on_delete()
                 last_error = None
             except Exception as error:  # the client raises ApiException, urllib3 and socket errors
+                if self.stopping.is_set():
+                    return  # the daemon's stop closed the connection under the read
                 if str(error) != last_error:
                     LOG.warning(
                         "cannot watch the node's ResourceSlices (tried again every %gs): %s",
