@@ -337,6 +337,23 @@ def _plugin(obs, settings):
     return []
 
 
+def _plugin_record(obs, _settings):
+    """What the plugin serves, as the device_plugin role recorded it, cannot be taken
+    (gpu_info's device_plugin.error): the labels and the plugin's offer cannot be judged."""
+    error = ((obs["gpu"] or {}).get("device_plugin") or {}).get("error")
+    if not error:
+        return []
+    return [
+        finding(
+            "plugin",
+            FAIL,
+            error,
+            "run role device_plugin on the node again: it writes the record of what its plugin "
+            "serves (the labels are judged once it can be read)",
+        )
+    ]
+
+
 def _node_missing(obs, settings):
     if not resources(obs["node"]):
         return [
@@ -429,6 +446,7 @@ _RULES = (
         False,
     ),
     ("node_ready", ("node",), ("node_name", "runtime_service", "kubelet_service"), running.node_ready, False),
+    ("plugin", ("gpu",), (), _plugin_record, False),
     # The device plugin's rules are silent on a node our DRA driver serves; the DRA rules on the others.
     ("plugin", ("gpu", "node_state"), ("plugin_dir", "resource"), dra.device_plugin_only(_plugin), False),
     (

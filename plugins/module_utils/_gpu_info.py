@@ -122,10 +122,16 @@ def run(module):
     params = module.params
     if params["require_nvml"] and not nvml.HAS_PYNVML:
         raise MissingBindings(nvml.PYNVML_IMPORT_ERROR)
+    plugin_error = None
     try:
         source, mode, plugin = device_plugin(params)
     except plugin_config.ConfigError as error:
-        raise GpuInfoError(str(error)) from error
+        if params["fail_on_plugin_error"]:
+            raise GpuInfoError(str(error)) from error
+        # Described without labels: they depend on what the plugin serves, unknown here.
+        plugin_error = str(error)
+        source = "option" if params["device_plugin"] is not None else "record"
+        mode, plugin = None, plugin_config.Config()
     result = {
         "changed": False,
         "gpus": [],
@@ -139,6 +145,7 @@ def run(module):
             "mode": mode,
             "mig_strategy": plugin.mig_strategy,
             "sharing_strategy": plugin.sharing()[0],
+            "error": plugin_error,
         },
     }
     try:
@@ -154,6 +161,9 @@ def run(module):
     warn_on_mixed_models(module, gpus)
     result.update(gpus=gpus, gpu_count=len(gpus), lost_gpus=found["lost_gpus"])
     machine = nvml.read_machine_type(params["sysfs_root"])
+    if plugin_error is not None:
+        result.update(links=found["links"], nvswitch=found["nvswitch"])
+        return result
     try:
         labels = gfd.render(found["system"], gpus, machine=machine, plugin=plugin)
     except gfd.LabelError as error:

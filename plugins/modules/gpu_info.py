@@ -105,6 +105,16 @@ options:
         strategy none, no sharing).
     type: path
     default: /etc/gpuops-device-plugin/served.json
+  fail_on_plugin_error:
+    description:
+      - Fail when O(device_plugin) is not valid or O(device_plugin_record) cannot be read or
+        is not valid.
+      - Set to V(false) where such a node must still be described, for example by a
+        diagnosis; the module then returns the GPUs, RV(device_plugin.error) says what is
+        wrong, and RV(labels) is empty (what the labels should be depends on what the plugin
+        serves).
+    type: bool
+    default: true
 notes:
   - The module never changes the GPUs' settings.
 seealso:
@@ -345,6 +355,13 @@ device_plugin:
       description: V(time-slicing), V(mps) or V(none).
       type: str
       sample: time-slicing
+    error:
+      description:
+        - Why the configuration could not be taken (its origin, the problem and the fix);
+          null when it was. Only with O(fail_on_plugin_error=false), else the module fails
+          with it.
+      type: str
+      sample: null
 """
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
@@ -365,6 +382,7 @@ ARGUMENT_SPEC = dict(
         ),
     ),
     device_plugin_record=dict(type="path", default=plugin_config.RECORD_PATH),
+    fail_on_plugin_error=dict(type="bool", default=True),
 )
 
 

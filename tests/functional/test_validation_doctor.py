@@ -18,6 +18,11 @@ from resolve import find_task, hosts_inventory, resolve, task_arg
 RESOURCE = "nvidia.com/gpu"
 UUIDS = ["GPU-%08d-0000-0000-0000-000000000000" % i for i in range(8)]
 SEVEN = (0, 1, 2, 4, 5, 6, 7)
+RECORD_ERROR = (
+    "the device plugin's configuration (/etc/gpuops-device-plugin/served.json): "
+    "/etc/gpuops-device-plugin/served.json: not valid JSON: Unterminated string starting at: line 1 "
+    "column 32 (char 31); the device_plugin role writes this record: run it again on the node to rewrite it"
+)
 
 
 def gpu(minors=range(8)):
@@ -166,6 +171,13 @@ def scenarios():
             node(ready="False", message="container runtime is down, PLEG is not healthy"),
             {},
         ),
+        # gpu_info with fail_on_plugin_error false on a node whose record is cut short.
+        "record_unreadable": (
+            dict(gpu(), labels={}, device_plugin={"mode": None, "error": RECORD_ERROR}),
+            node_state(),
+            node(),
+            {},
+        ),
         # (A): NVML lists 7, the plugin still offers 8: 8 never becomes 7 with NVIDIA's plugin.
         "gpu_removed": (gpu(SEVEN), node_state(minors=SEVEN), node(), {}),
         "uvm_missing": (gpu(), node_state(uvm=False), node(), {"gpu_validation_skip": []}),
@@ -270,6 +282,12 @@ def test_containerd_stopped_ends_the_wait_with_the_doctors_words(verdicts):
         "Node gpuops-node-1 is not Ready (Ready=False, KubeletNotReady): container runtime is down, PLEG "
         "is not healthy",
     ]
+
+
+def test_a_plugin_record_that_cannot_be_read_fails_the_node_at_once_with_its_reason(verdicts):
+    got = verdicts["record_unreadable"]
+    assert checks(got["settled"]) == ["plugin"] and got["done"] is True
+    assert [(f["check"], f["message"]) for f in got["findings"]] == [("plugin", RECORD_ERROR)]
 
 
 def test_a_removed_gpu_node_ends_the_wait_however_long_allocatable_would_take(verdicts):

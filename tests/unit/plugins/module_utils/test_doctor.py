@@ -379,6 +379,23 @@ def test_no_plugin_socket():
     }
 
 
+def test_a_plugin_record_that_cannot_be_read_is_a_plugin_failure():
+    """gpu_info with fail_on_plugin_error false: the record's error, the GPUs still counted."""
+    gpu = healthy()["gpu"]
+    error = (
+        "the device plugin's configuration (/etc/gpuops-device-plugin/served.json): "
+        "/etc/gpuops-device-plugin/served.json: not valid JSON: Unterminated string"
+    )
+    gpu = dict(gpu, labels={}, device_plugin=dict(gpu.get("device_plugin") or {}, mode=None, error=error))
+    assert only(diagnose({"gpu": gpu})) == {
+        "check": "plugin",
+        "severity": "fail",
+        "message": error,
+        "fix": "run role device_plugin on the node again: it writes the record of what its plugin "
+        "serves (the labels are judged once it can be read)",
+    }
+
+
 CHECKPOINT = "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"
 
 

@@ -68,7 +68,13 @@ class Module:
     """What gpu_info.run reads of AnsibleModule; warnings are kept in order."""
 
     def __init__(self, **given):
-        self.params = {"require_nvml": False, "fail_on_lost_gpu": False, "sysfs_root": "/sys", **given}
+        self.params = {
+            "require_nvml": False,
+            "fail_on_lost_gpu": False,
+            "fail_on_plugin_error": True,
+            "sysfs_root": "/sys",
+            **given,
+        }
         self.warnings = []
 
     def warn(self, message):
@@ -95,7 +101,13 @@ SYSTEM = {"driver_version": "550.54.15", "cuda_driver_version": "12.4", "nvml_ve
 NVML_AVAILABLE = dict(SYSTEM, available=True, reason=None, error=None)
 # A result before any GPU is described: what each failure after the configuration starts from.
 UNDESCRIBED = {"changed": False, "gpus": [], "gpu_count": 0, "lost_gpus": [], "links": [], "nvswitch": False}
-NO_PLUGIN = {"source": "none", "mode": None, "mig_strategy": "none", "sharing_strategy": "none"}
+NO_PLUGIN = {
+    "source": "none",
+    "mode": None,
+    "mig_strategy": "none",
+    "sharing_strategy": "none",
+    "error": None,
+}
 LOST = {"index": 1, "error": "GPU is lost", "nvml_code": 15}
 MPS = {"version": "v1", "sharing": {"mps": {"resources": [{"name": "nvidia.com/gpu", "replicas": 2}]}}}
 
@@ -203,6 +215,7 @@ def test_labels_gfd_refuses_fail_with_the_gpus_counted(tmp_path, monkeypatch):
             "mode": "nvidia",
             "mig_strategy": "none",
             "sharing_strategy": "mps",
+            "error": None,
         },
         nvml=NVML_AVAILABLE,
     )
@@ -215,3 +228,23 @@ def test_a_bad_configuration_fails_with_its_message_alone(tmp_path, monkeypatch)
         "the device plugin's configuration (%s): device_plugin.mode" % (tmp_path / "served.json")
     )
     assert result == {}
+
+
+def test_a_record_that_cannot_be_read_is_reported_without_labels_when_told_not_to_fail(tmp_path, monkeypatch):
+    """A diagnosis must still describe the node: its GPUs, and what is wrong with the record."""
+    discovering(monkeypatch, gpus=[gpu(0), gpu(1)])
+    (tmp_path / "served.json").write_text('{"mode": "gpuops", "con')  # cut short
+    result = gpu_info.run(Module(fail_on_plugin_error=False, **params(tmp_path)))
+    error = result["device_plugin"].pop("error")
+    assert error.startswith("the device plugin's configuration (%s): " % (tmp_path / "served.json"))
+    assert "not valid JSON" in error and "run it again on the node" in error
+    assert result == dict(
+        UNDESCRIBED,
+        gpus=[gpu(0), gpu(1)],
+        gpu_count=2,
+        labels={},
+        device_plugin={"source": "record", "mode": None, "mig_strategy": "none", "sharing_strategy": "none"},
+        nvml=NVML_AVAILABLE,
+    )
+    # Told to fail (the default), the same record stops the module with the same message.
+    assert failure(Module(**params(tmp_path)))[0] == error
