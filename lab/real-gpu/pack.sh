@@ -35,7 +35,8 @@ mkdir -p .devcarry "$scratch/bin"
 tar -C "$scratch/site" -cf - . | xz -T2 -6 >.devcarry/site.tar.xz
 echo "pack: binaries (the lab's builds; each script reuses its cache)" >&2
 bash lab/toolkit/build.sh v1.20.2 >/dev/null
-toolkit=$(ls -d "$HOME"/.cache/gpuops-lab/toolkit-bin-v1.20.2-*/bin | head -1)
+toolkits=("$HOME"/.cache/gpuops-lab/toolkit-bin-v1.20.2-*/bin)
+toolkit=${toolkits[0]}
 plugin=$(bash lab/peer/build-nvidia-plugin.sh | tail -1)
 kube=$(bash lab/kube/build.sh | tail -1)
 etcd=$(bash lab/kube/etcd.sh | tail -1)
