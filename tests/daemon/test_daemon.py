@@ -476,9 +476,17 @@ def test_metrics_count_devices_registrations_and_rpcs(kubelet, start):
     daemon = start()
     client = ready(kubelet)
     client.allocate([H100_UUIDS[0]])
+    # The daemon counts a registration once the kubelet's Register answer reaches it; the
+    # kubelet has served ListAndWatch and Allocate by then, and on a busy machine the
+    # answer can come after them (make test's daemon lane failed once reading too early).
+    registered = 'gpuops_device_plugin_registrations_total{resource="nvidia.com/gpu",result="ok"} 1.0'
+    deadline = time.monotonic() + 30
     text = daemon.metrics()
+    while registered not in text and time.monotonic() < deadline:
+        time.sleep(0.05)
+        text = daemon.metrics()
     assert 'gpuops_device_plugin_devices{health="Healthy",resource="nvidia.com/gpu"} 8.0' in text
-    assert 'gpuops_device_plugin_registrations_total{resource="nvidia.com/gpu",result="ok"} 1.0' in text
+    assert registered in text, text
     assert 'gpuops_device_plugin_allocations_total{resource="nvidia.com/gpu"} 1.0' in text
     assert 'gpuops_device_plugin_rpc_duration_seconds_count{method="Allocate"} 1.0' in text
 
