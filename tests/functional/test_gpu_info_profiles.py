@@ -316,6 +316,7 @@ def test_a100_mig_labels_under_each_strategy(mig_standin, sysfs, tmp_path):
         "mode": "gpuops",
         "mig_strategy": "mixed",
         "sharing_strategy": "time-slicing",
+        "error": None,
     }
     labels = result["labels"]
     assert labels["nvidia.com/mig.strategy"] == "mixed"
