@@ -160,10 +160,10 @@ def run(module):
     gpus = found["gpus"]
     warn_on_mixed_models(module, gpus)
     result.update(gpus=gpus, gpu_count=len(gpus), lost_gpus=found["lost_gpus"])
-    machine = nvml.read_machine_type(params["sysfs_root"])
     if plugin_error is not None:
         result.update(links=found["links"], nvswitch=found["nvswitch"])
         return result
+    machine = nvml.read_machine_type(params["sysfs_root"])
     try:
         labels = gfd.render(found["system"], gpus, machine=machine, plugin=plugin)
     except gfd.LabelError as error:
