@@ -226,3 +226,65 @@ def test_dra_a_claim_that_could_not_be_read_is_a_note_unless_required(tmp_path):
 def test_a_device_plugin_nodes_result_says_no_mode(tmp_path):
     result = node_result(tmp_path, log="Test PASSED\n")
     assert "mode" not in result and "driver" not in result, result
+
+
+# Mode device plugin: the UUIDs the test pod printed against what the node's pod-resources
+# API says the kubelet assigned it, read by a watch started before the pod (the kubelet
+# answers for active pods only), collected once the pod has finished.
+def plugin_result(tmp_path, *, printed, client, compare="auto"):
+    """A node whose finished test pod printed PRINTED and whose pod-resources client answered CLIENT."""
+    extra = {
+        "gpu_validation_gpu": {"gpu_count": 8, "lost_gpus": [], "nvml": {"available": True}},
+        "gpu_validation_found": 8,
+        "gpu_validation_expected": 8,
+        "gpu_validation_allocatable": 8,
+        "gpu_validation_pod": {
+            "resources": [
+                {
+                    "metadata": {"name": "gpuops-validate-gpuops-node-1"},
+                    "status": {
+                        "phase": "Succeeded",
+                        "containerStatuses": [{"state": {"terminated": {"exitCode": 0}}}],
+                    },
+                }
+            ]
+        },
+        "gpu_validation_log": {"log": "%s\nTest PASSED\n" % printed},
+        "gpu_validation_client": {"stat": {"executable": True}},
+        "gpu_validation_assigned": client,
+        "gpu_validation_compare_devices": compare,
+    }
+    exprs = {"result": template_expr("gpu_validation", "result.json.j2")}
+    rendered = resolve("gpuops-node-1,", [], exprs=exprs, extra=extra, tmp_path=tmp_path)
+    result = rendered["gpuops-node-1"]["result"]
+    return result if isinstance(result, dict) else json.loads(result)
+
+
+def assigned(*uuids):
+    containers = {"validate": {"nvidia.com/gpu": list(uuids)}}
+    return {"rc": 0, "stdout": json.dumps({"containers": containers}), "stderr": ""}
+
+
+def test_a_finished_pods_gpus_are_compared_with_what_the_kubelet_assigned(tmp_path):
+    # No start seen while the pod ran (no gpu_validation_pod_started): the pod had finished.
+    result = plugin_result(tmp_path, printed=gpu_uuid(5), client=assigned(gpu_uuid(5)))
+    assert result["passed"], result
+    assert result["pod"]["devices"] == {"result": "match", "seen": [gpu_uuid(5)], "assigned": [gpu_uuid(5)]}
+
+
+def test_a_finished_pod_that_saw_another_gpu_than_assigned_fails_the_node(tmp_path):
+    result = plugin_result(tmp_path, printed=gpu_uuid(5), client=assigned(gpu_uuid(2)))
+    assert not result["passed"], result
+    assert result["pod"]["devices"]["result"] == "differ", result
+
+
+def test_a_pod_the_kubelet_never_listed_is_a_note_and_fails_where_required(tmp_path):
+    gone = {"rc": 1, "stdout": "", "stderr": "gpuops-pod-resources: ... pod x in namespace default not found\n"}
+    note = (
+        "the kubelet did not list the test pod while it was active (pod-resources API: "
+        "gpuops-pod-resources: ... pod x in namespace default not found)"
+    )
+    result = plugin_result(tmp_path, printed=gpu_uuid(5), client=gone)
+    assert result["passed"] and result["pod"]["devices"] == {"result": "not compared", "note": note}, result
+    result = plugin_result(tmp_path, printed=gpu_uuid(5), client=gone, compare="required")
+    assert result["reasons"] == ["GPUs not compared with what the kubelet assigned: " + note], result

@@ -9,10 +9,12 @@ gpu_validation runs it on the node (as root: the socket is the kubelet's) and co
 IDs with the GPU UUIDs NVML lists inside the test pod. It ships in the daemon's package
 because that is where grpcio and the kubelet's protos already are on a GPU node.
 
-Get, not List: List answers for active pods only, and the test pod has finished by the time
-it is read; Get finds any pod the kubelet still has, and the device manager keeps a finished
-pod's devices until its next allocation. Get is beta (on by default) from Kubernetes 1.34;
-where a kubelet has it off, List is asked instead, which sees running pods only.
+With --wait SECONDS it asks again and again (every INTERVAL_S) until the kubelet lists the
+pod with devices assigned, from before the pod exists: the kubelet assigns a pod's devices
+as it admits it and answers for active pods only (Get and List alike: a pod that has
+finished is "not found"), so a watch started before the pod is created reads it whatever
+the test command does, where a read after the pod was seen running needs a command that
+stays up. Get where the kubelet serves it (beta, on by default, from Kubernetes 1.34), else List.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 
 import grpc
 
@@ -27,6 +30,8 @@ from .api import podresources_pb2, podresources_pb2_grpc
 
 SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 TIMEOUT_S = 10.0
+# How often --wait asks.
+INTERVAL_S = 0.1
 # The kubelet's words when the KubeletPodResourcesGet feature gate is off.
 GET_DISABLED = "Get method disabled"
 
@@ -69,15 +74,50 @@ def pod_devices(namespace: str, pod: str, socket: str = SOCKET, timeout: float =
     )
 
 
+def wait_for_devices(
+    namespace,
+    pod,
+    socket=SOCKET,
+    timeout=TIMEOUT_S,
+    wait=0.0,
+    *,
+    interval=INTERVAL_S,
+    clock=time.monotonic,
+    sleep=time.sleep,
+):
+    """pod_devices() once the kubelet lists the pod with at least one device, asking until
+    WAIT seconds have passed; then the last answer's error (or the devices it had)."""
+    deadline = clock() + wait
+    while True:
+        try:
+            containers = pod_devices(namespace, pod, socket, timeout)
+        except PodResourcesError:
+            if clock() >= deadline:
+                raise
+        else:
+            assigned = any(ids for resources in containers.values() for ids in resources.values())
+            if assigned or clock() >= deadline:
+                return containers
+        sleep(interval)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="gpuops-pod-resources", description=__doc__.splitlines()[0])
     parser.add_argument("--namespace", required=True)
     parser.add_argument("--pod", required=True)
     parser.add_argument("--socket", default=SOCKET, help="the kubelet's pod-resources socket (%(default)s)")
     parser.add_argument("--timeout", type=float, default=TIMEOUT_S, help="seconds per call (%(default)s)")
+    parser.add_argument(
+        "--wait",
+        type=float,
+        default=0.0,
+        help="seconds to keep asking until the kubelet lists the pod with devices (%(default)s: ask once)",
+    )
     options = parser.parse_args(argv)
     try:
-        containers = pod_devices(options.namespace, options.pod, options.socket, options.timeout)
+        containers = wait_for_devices(
+            options.namespace, options.pod, options.socket, options.timeout, options.wait
+        )
     except PodResourcesError as error:
         print(f"gpuops-pod-resources: {error}", file=sys.stderr)
         return 1

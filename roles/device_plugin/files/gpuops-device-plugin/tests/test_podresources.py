@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 from concurrent import futures
 
 import grpc
@@ -104,3 +105,42 @@ def test_the_command_prints_json_or_says_why_not(kubelet, capsys, tmp_path):
     argv = ["--namespace", "default", "--pod", "x", "--socket", missing, "--timeout", "1"]
     assert podresources.main(argv) == 1
     assert capsys.readouterr().err.startswith(f"gpuops-pod-resources: pod-resources API on {missing}: ")
+
+
+def test_wait_reads_a_pod_from_its_admission_on(kubelet):
+    # The watch starts before the pod exists; the kubelet lists it first without devices
+    # (added, not yet admitted), then with the devices it assigned.
+    kubelet.pods = []
+    answers = []
+    unadmitted = [pb.ContainerResources(name="validate")]
+    bare = pb.PodResources(name=POD.name, namespace=POD.namespace, containers=unadmitted)
+
+    def sleep(_):
+        answers.append(len(answers))
+        kubelet.pods = [bare] if len(answers) < 3 else [POD]
+
+    devices = podresources.wait_for_devices("default", POD.name, kubelet.socket, wait=60, sleep=sleep)
+    assert devices["validate"] == {"nvidia.com/gpu": ["GPU-b", "GPU-a"]}
+    assert len(answers) == 3  # not found, then listed without devices twice
+
+
+def test_wait_gives_the_last_error_once_its_time_is_up(kubelet):
+    now = [0.0]
+
+    def sleep(seconds):
+        now[0] += seconds
+
+    with pytest.raises(podresources.PodResourcesError, match="pod other in namespace default not found"):
+        podresources.wait_for_devices(
+            "default", "other", kubelet.socket, wait=1.0, interval=0.25, clock=lambda: now[0], sleep=sleep
+        )
+    assert now[0] == 1.0
+
+
+def test_the_command_waits_for_a_pod_created_after_it_started(kubelet, capsys):
+    kubelet.pods = []
+    threading.Timer(0.5, lambda: setattr(kubelet, "pods", [POD])).start()
+    argv = ["--namespace", "default", "--pod", POD.name, "--socket", kubelet.socket, "--wait", "30"]
+    assert podresources.main(argv) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["containers"]["validate"] == {"nvidia.com/gpu": ["GPU-b", "GPU-a"]}
