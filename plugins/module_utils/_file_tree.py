@@ -3,7 +3,8 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""A directory kept equal to a set of text files: validate, read, plan, then apply.
+"""A directory kept equal to a set of text files (or, not exclusive, holding them among
+others): validate, read, plan, then apply.
 
 Private to the gpuops.k8s collection (the file_tree module). validate_files(),
 parse_mode() and plan() are pure; read_tree() reads the node (lstat, and the contents a
@@ -139,6 +140,30 @@ def validate_files(files):
     return wanted
 
 
+def validate_absent(absent, wanted, exclusive):
+    """The absent option's names, or InvalidOption naming every bad one."""
+    if not absent:
+        return []
+    if exclusive:
+        raise InvalidOption(
+            "absent=%r: only with exclusive=false (an exclusive tree already removes every file that "
+            "files does not hold); nothing was changed" % (absent,)
+        )
+    problems = []
+    for name in absent:
+        problem = name_problem(name) if isinstance(name, str) else "is not a path"
+        if problem:
+            problems.append("%r %s" % (name, problem))
+        elif name in wanted or any(name in parents(other) for other in wanted):
+            problems.append("%r is also wanted by files" % (name,))
+    if problems:
+        raise InvalidOption(
+            "absent: %s. Each entry must be %s, and none a file or a directory that files holds; "
+            "nothing was changed" % ("; ".join(problems), VALID_NAME)
+        )
+    return sorted(set(absent))
+
+
 def parse_mode(value, option):
     """A mode option as an int: an octal string ('0644', '644', '0o644'), or an int (what
     YAML makes of an unquoted 0644)."""
@@ -256,6 +281,40 @@ def read_tree(path, wanted, read_small=False):
     return Tree(root, entries)
 
 
+def read_named(path, wanted, absent, read_small=False):
+    """Like read_tree, but only the entries a non-exclusive tree manages: the wanted files,
+    the directories above them and the absent names (each where every directory above it
+    is one: nothing is read through a link or a file)."""
+    names = set(wanted) | set(absent)
+    for name in wanted:
+        names.update(parents(name))
+    try:
+        root = _read_root(path)
+        entries = {}
+        if root is not None:
+            for name in sorted(names, key=lambda n: (_depth(n), n)):
+                if any(entries.get(parent, Entry(OTHER)).kind != DIRECTORY for parent in parents(name)):
+                    continue
+                full = os.path.join(path, name)
+                try:
+                    st = os.lstat(full)
+                except FileNotFoundError:
+                    continue
+                entry = Entry.from_stat(st)
+                if entry.kind == FILE and (
+                    (name in wanted and entry.size == len(wanted[name]))
+                    or (read_small and entry.size <= DIFF_LIMIT)
+                ):
+                    with open(full, "rb") as handle:
+                        entry.content = handle.read()
+                elif entry.kind == OTHER and stat.S_ISLNK(st.st_mode):
+                    entry.target = os.readlink(full)
+                entries[name] = entry
+    except OSError as error:
+        raise TreeError("cannot read the tree at %s: %s; nothing was changed" % (path, error)) from error
+    return Tree(root, entries)
+
+
 def _read_root(path):
     """path's Entry (links followed), None where it does not exist yet; TreeError where it,
     or the nearest existing directory above it, is not a directory."""
@@ -316,9 +375,14 @@ def _attrs_differ(entry, mode, want):
     )
 
 
-def plan(wanted, tree, want, diff=False):
+def plan(wanted, tree, want, diff=False, *, exclusive=True, absent=()):
     """The Plan that makes tree hold exactly the files wanted ({name: bytes}) with want's
-    attributes; with diff, each change's before/after for Ansible's diff output."""
+    attributes; with diff, each change's before/after for Ansible's diff output.
+
+    Not exclusive: the files wanted and the directories above them, the names in absent
+    removed, nothing else touched (path itself, where it exists, keeps its attributes);
+    TreeError where that would replace or remove a directory, or a file above a wanted one.
+    """
     planned = Plan()
     directories = set()
     for name in wanted:
@@ -326,10 +390,13 @@ def plan(wanted, tree, want, diff=False):
     if tree.root is None:
         planned.create_root = True
         planned.added.append(ROOT)
-    elif _attrs_differ(tree.root, want.directory_mode, want):
+    elif exclusive and _attrs_differ(tree.root, want.directory_mode, want):
         planned.dir_attrs.append("")
         planned.updated.append(ROOT)
-    _plan_removals(planned, wanted, directories, tree.entries)
+    if exclusive:
+        _plan_removals(planned, wanted, directories, tree.entries)
+    else:
+        _plan_named_removals(planned, wanted, directories, absent, tree.entries)
     _plan_directories(planned, directories, tree.entries, want)
     _plan_files(planned, wanted, tree.entries, want)
     planned.added.sort()
@@ -355,6 +422,31 @@ def _plan_removals(planned, wanted, directories, entries):
         if gone:
             planned.remove.append((name, entry.kind == DIRECTORY))
             planned.removed.append(name + "/" if entry.kind == DIRECTORY else name)
+
+
+def _plan_named_removals(planned, wanted, directories, absent, entries):
+    """Non-exclusive: the absent names that exist go; an entry of another kind where a file
+    or a directory is wanted is an error, not replaced, as the tree's other entries are not
+    this module's."""
+    problems = []
+    for name in sorted(set(wanted) | directories | set(absent)):
+        entry = entries.get(name)
+        if entry is None:
+            continue
+        if name in absent and entry.kind == DIRECTORY:
+            problems.append("%s (in absent) is a directory" % name)
+        elif name in absent:
+            planned.remove.append((name, False))
+            planned.removed.append(name)
+        elif name in wanted and entry.kind == DIRECTORY:
+            problems.append("%s is a directory where a file is wanted" % name)
+        elif name in directories and entry.kind != DIRECTORY:
+            problems.append("%s is not a directory, and files has a file below it" % name)
+    if problems:
+        raise TreeError(
+            "%s: with exclusive=false, file_tree replaces and removes no directory and nothing above a "
+            "wanted file; nothing was changed" % "; ".join(problems)
+        )
 
 
 def _plan_directories(planned, directories, entries, want):
@@ -571,12 +663,17 @@ def run(module):
     params = module.params
     check_path(params["path"])
     wanted = validate_files(params["files"])
+    exclusive = params["exclusive"]
+    absent = validate_absent(params["absent"], wanted, exclusive)
     uid, gid = resolve_owner(params["owner"], params["group"])
     want = Want(
         parse_mode(params["mode"], "mode"), parse_mode(params["directory_mode"], "directory_mode"), uid, gid
     )
-    tree = read_tree(params["path"], wanted, read_small=module._diff)
-    planned = plan(wanted, tree, want, diff=module._diff)
+    if exclusive:
+        tree = read_tree(params["path"], wanted, read_small=module._diff)
+    else:
+        tree = read_named(params["path"], wanted, absent, read_small=module._diff)
+    planned = plan(wanted, tree, want, diff=module._diff, exclusive=exclusive, absent=absent)
     if planned.changed and not module.check_mode:
         apply(planned, params["path"], want, ModuleIO(module))
     result = {

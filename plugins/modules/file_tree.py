@@ -11,17 +11,18 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 ---
 module: file_tree
-short_description: Keep a directory's files exactly equal to a given set of text files, in one task
+short_description: Keep a directory's files equal to a given set of text files, in one task
 version_added: 0.1.0
 description:
   - Makes the directory O(path) hold exactly the files of O(files) (relative path -> text)
-    and nothing else, in one module call where a loop of M(ansible.builtin.copy) costs a
-    round trip per file.
+    and nothing else (or, with O(exclusive=false), hold them among others), in one module
+    call where a loop of M(ansible.builtin.copy) costs a round trip per file.
   - Creates the missing directories (O(path) itself and the missing directories above it
     included), writes only the files whose content differs or that do not exist, sets the
     mode and owner of the files and directories whose O(mode), O(directory_mode), O(owner)
     or O(group) differ, and removes every other entry below O(path) (files, links,
-    directories that hold no wanted file).
+    directories that hold no wanted file); with O(exclusive=false), only the names of
+    O(absent), in a directory shared with others.
   - Each file is written to a temporary file in its own directory, then renamed over the old
     one (AnsibleModule's C(atomic_move)), so a reader sees the old file or the new, never a
     part.
@@ -77,6 +78,27 @@ options:
     description:
       - The group (a name or a numeric id) of the files and directories; unset, as O(owner).
     type: str
+  exclusive:
+    description:
+      - V(true), the directory holds the files of O(files) and nothing else.
+      - V(false), the directory holds them among entries that are not this module's (a
+        shared directory such as C(/etc/apt) or C(/etc/systemd/system)): only the files of
+        O(files), the directories above them and the names in O(absent) are read or
+        changed, and O(path) itself, where it exists, keeps its mode and owner. A directory
+        where a file is wanted, or anything but a directory above a wanted file, is then an
+        error rather than replaced.
+    type: bool
+    default: true
+    version_added: 0.2.0
+  absent:
+    description:
+      - Files or links below O(path) to remove where they exist, as relative paths (as the
+        keys of O(files)), for example what an earlier release wrote. Only with
+        O(exclusive=false); a directory there is an error.
+    type: list
+    elements: str
+    default: []
+    version_added: 0.2.0
 notes:
   - In the lists this module returns, a directory's name ends in C(/) and O(path) itself is
     C(./); a file's name is the key of O(files).
@@ -123,6 +145,17 @@ EXAMPLES = r"""
         tls = on
     mode: "0640"
     group: example
+
+- name: Declare an apt repository and its key, and remove the one-line source it replaces
+  gpuops.k8s.file_tree:
+    path: /etc/apt
+    exclusive: false
+    files:
+      keyrings/example.asc: "{{ example_key }}"
+      sources.list.d/example.sources: "{{ lookup('ansible.builtin.template', 'example.sources.j2') }}"
+    absent: [sources.list.d/example.list]
+    owner: root
+    group: root
 """
 
 RETURN = r"""
@@ -144,8 +177,9 @@ updated:
   sample: [example/main.py]
 removed:
   description:
-    - The files, links and directories removed because O(files) does not hold them, sorted;
-      a directory's contents are listed with it.
+    - The files, links and directories removed because O(files) does not hold them (with
+      O(exclusive=false), the names of O(absent) that existed), sorted; a directory's
+      contents are listed with it.
   returned: always
   type: list
   elements: str
@@ -163,6 +197,8 @@ ARGUMENT_SPEC = dict(
     directory_mode=dict(type="raw", default="0755"),
     owner=dict(type="str"),
     group=dict(type="str"),
+    exclusive=dict(type="bool", default=True),
+    absent=dict(type="list", elements="str", default=[]),
 )
 
 

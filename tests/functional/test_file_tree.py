@@ -212,3 +212,38 @@ def test_a_file_at_path_is_refused(tmp_path):
     result = file_tree(tmp_path / "file", SOURCE)
     assert result.get("failed") is True and "exists and is not a directory" in result["msg"], result
     assert (tmp_path / "file").read_text() == "x"
+
+
+def test_a_shared_directory_keeps_the_others_files_and_check_mode_predicts_the_run(tmp_path):
+    # exclusive=false, as the roles write into /etc/apt and /etc/systemd/system.
+    shared = tmp_path / "etc"
+    (shared / "sources.list.d").mkdir(parents=True)
+    (shared / "sources.list.d" / "debian.sources").write_text("theirs\n")
+    (shared / "sources.list.d" / "nvidia.list").write_text("deb old one-line source\n")
+    files = {"keyrings/nvidia.asc": "KEY\n", "sources.list.d/nvidia.sources": "Types: deb\n"}
+    options = {"exclusive": False, "absent": ["sources.list.d/nvidia.list"]}
+    before = snapshot(shared)
+    predicted = file_tree(shared, files, check=True, diff=True, **options)
+    assert snapshot(shared) == before
+    real = file_tree(shared, files, diff=True, **options)
+    assert (
+        lists(predicted)
+        == lists(real)
+        == {
+            "added": ["keyrings/", "keyrings/nvidia.asc", "sources.list.d/nvidia.sources"],
+            "updated": [],
+            "removed": ["sources.list.d/nvidia.list"],
+        }
+    )
+    assert predicted["diff"] == real["diff"]
+    assert snapshot(shared) == dict(
+        expected_tree(files), **{"sources.list.d/debian.sources": ("file", 0o644, b"theirs\n")}
+    )
+    assert file_tree(shared, files, **options)["changed"] is False
+
+
+def test_absent_is_refused_on_an_exclusive_tree(tmp_path):
+    (tmp_path / "t").mkdir()
+    result = file_tree(tmp_path / "t", {"a": "a"}, absent=["b"])
+    assert result["failed"] and "only with exclusive=false" in result["msg"], result
+    assert snapshot(tmp_path / "t") == {}

@@ -401,3 +401,84 @@ def test_a_failed_step_is_named(tmp_path):
     ) as error:
         ft.apply(planned, str(tmp_path / "t"), WANT, Failing())
     assert error.value.changed  # the directory was made
+
+
+# -- exclusive=false: a shared directory -----------------------------------------------------
+
+
+def run_shared(path, files, absent=(), want=WANT):
+    wanted = ft.validate_files(files)
+    absent = ft.validate_absent(list(absent), wanted, exclusive=False)
+    planned = ft.plan(wanted, ft.read_named(str(path), wanted, absent), want, exclusive=False, absent=absent)
+    io = RecordingIO()
+    ft.apply(planned, str(path), want, io)
+    return planned, io.calls
+
+
+def test_a_shared_directory_keeps_what_is_not_named(tmp_path):
+    etc = tmp_path / "apt"
+    (etc / "sources.list.d").mkdir(parents=True)
+    (etc / "sources.list.d" / "debian.sources").write_text("theirs")
+    (etc / "sources.list.d" / "example.list").write_text("old one-line source")
+    (etc / "apt.conf").write_text("theirs too")
+    os.chmod(str(etc), 0o700)  # path's own mode is not the module's to set
+    files = {"keyrings/example.asc": "KEY", "sources.list.d/example.sources": "Types: deb\n"}
+    absent = ["sources.list.d/example.list", "sources.list.d/gone.list"]
+    planned, calls = run_shared(etc, files, absent=absent)
+    assert lists(planned) == (
+        ["keyrings/", "keyrings/example.asc", "sources.list.d/example.sources"],
+        [],
+        ["sources.list.d/example.list"],
+    )
+    assert snapshot(etc) == {
+        "apt.conf": (0o644, b"theirs too"),
+        "keyrings": (0o755, None),
+        "keyrings/example.asc": (0o644, b"KEY"),
+        "sources.list.d": (0o755, None),
+        "sources.list.d/debian.sources": (0o644, b"theirs"),
+        "sources.list.d/example.sources": (0o644, b"Types: deb\n"),
+    }
+    assert stat.S_IMODE(os.stat(str(etc)).st_mode) == 0o700
+    again, calls = run_shared(etc, files, absent=["sources.list.d/example.list"])
+    assert not again.changed and calls == []
+
+
+def test_a_shared_directory_replaces_no_directory_and_nothing_above_a_file(tmp_path):
+    (tmp_path / "unit.service").mkdir()
+    (tmp_path / "conf").write_text("a file where a directory is wanted")
+    (tmp_path / "old").mkdir()
+    wanted = ft.validate_files({"unit.service": "x", "conf/a.conf": "y"})
+    absent = ft.validate_absent(["old"], wanted, exclusive=False)
+    with pytest.raises(ft.TreeError) as error:
+        ft.plan(wanted, ft.read_named(str(tmp_path), wanted, absent), WANT, exclusive=False, absent=absent)
+    assert str(error.value) == (
+        "conf is not a directory, and files has a file below it; old (in absent) is a directory; "
+        "unit.service is a directory where a file is wanted: with exclusive=false, file_tree replaces and "
+        "removes no directory and nothing above a wanted file; nothing was changed"
+    )
+
+
+def test_a_shared_directory_reads_nothing_through_a_link(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "a.conf").write_text("y")
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "shared" / "conf").symlink_to(outside)
+    wanted = ft.validate_files({"conf/a.conf": "y"})
+    named = ft.read_named(str(tmp_path / "shared"), wanted, [])
+    assert sorted(named.entries) == ["conf"] and named.entries["conf"].kind == ft.OTHER
+
+
+@pytest.mark.parametrize(
+    ("absent", "exclusive", "message"),
+    [
+        (["a"], True, "only with exclusive=false"),
+        (["/etc/x"], False, "'/etc/x' is absolute"),
+        (["keep"], False, "'keep' is also wanted by files"),
+        (["dir"], False, "'dir' is also wanted by files"),
+    ],
+)
+def test_bad_absent_names_are_refused(absent, exclusive, message):
+    wanted = ft.validate_files({"keep": "k", "dir/f": "f"})
+    with pytest.raises(ft.InvalidOption, match=message):
+        ft.validate_absent(absent, wanted, exclusive)
