@@ -88,7 +88,7 @@ def expressions():
     read = find_task(
         "gpu_validation",
         "main.yml",
-        "Read the Node, the DRA driver's objects and dcgm-exporter's, until the node offers the GPUs found",
+        "Read the Node and what the checks judge, until the node offers the GPUs found",
     )
     findings = task_arg(
         "gpu_validation",

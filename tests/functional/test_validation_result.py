@@ -279,7 +279,8 @@ def test_a_finished_pod_that_saw_another_gpu_than_assigned_fails_the_node(tmp_pa
 
 
 def test_a_pod_the_kubelet_never_listed_is_a_note_and_fails_where_required(tmp_path):
-    gone = {"rc": 1, "stdout": "", "stderr": "gpuops-pod-resources: ... pod x in namespace default not found\n"}
+    stderr = "gpuops-pod-resources: ... pod x in namespace default not found\n"
+    gone = {"rc": 1, "stdout": "", "stderr": stderr}
     note = (
         "the kubelet did not list the test pod while it was active (pod-resources API: "
         "gpuops-pod-resources: ... pod x in namespace default not found)"
