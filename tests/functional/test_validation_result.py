@@ -231,7 +231,10 @@ def test_a_device_plugin_nodes_result_says_no_mode(tmp_path):
 # Mode device plugin: the UUIDs the test pod printed against what the node's pod-resources
 # API says the kubelet assigned it, read by a watch started before the pod (the kubelet
 # answers for active pods only), collected once the pod has finished.
-def plugin_result(tmp_path, *, printed, client, compare="auto"):
+CLIENT = "/opt/gpuops-device-plugin/venv/bin/gpuops-pod-resources"
+
+
+def plugin_result(tmp_path, *, printed, client, compare="auto", node_state=None):
     """A node whose finished test pod printed PRINTED and whose pod-resources client answered CLIENT."""
     extra = {
         "gpu_validation_gpu": {"gpu_count": 8, "lost_gpus": [], "nvml": {"available": True}},
@@ -250,7 +253,7 @@ def plugin_result(tmp_path, *, printed, client, compare="auto"):
             ]
         },
         "gpu_validation_log": {"log": "%s\nTest PASSED\n" % printed},
-        "gpu_validation_client": {"stat": {"executable": True}},
+        "gpu_validation_node_state": node_state or {"paths": {CLIENT: {"exists": True, "executable": True}}},
         "gpu_validation_assigned": client,
         "gpu_validation_compare_devices": compare,
     }
@@ -289,3 +292,13 @@ def test_a_pod_the_kubelet_never_listed_is_a_note_and_fails_where_required(tmp_p
     assert result["passed"] and result["pod"]["devices"] == {"result": "not compared", "note": note}, result
     result = plugin_result(tmp_path, printed=gpu_uuid(5), client=gone, compare="required")
     assert result["reasons"] == ["GPUs not compared with what the kubelet assigned: " + note], result
+
+
+def test_a_node_without_the_pod_resources_client_says_so(tmp_path):
+    # The read of the node's state found no client: no watch ran.
+    result = plugin_result(tmp_path, printed=gpu_uuid(5), client={}, node_state={"paths": {}})
+    assert result["pod"]["devices"] == {
+        "result": "not compared",
+        "note": "no pod-resources client at %s (the device_plugin role installs it: always in mode gpuops, "
+        "with device_plugin_pod_resources_client in the others)" % CLIENT,
+    }, result
