@@ -82,7 +82,7 @@ options:
     description:
       - V(true), the directory holds the files of O(files) and nothing else.
       - V(false), the directory holds them among entries that are not this module's (a
-        shared directory such as C(/etc/apt) or C(/etc/systemd/system)): only the files of
+        shared directory such as C(/etc/apt) or C(/etc/systemd/system)). Only the files of
         O(files), the directories above them and the names in O(absent) are read or
         changed, and O(path) itself, where it exists, keeps its mode and owner. A directory
         where a file is wanted, or anything but a directory above a wanted file, is then an
