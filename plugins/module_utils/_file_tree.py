@@ -266,19 +266,24 @@ def read_tree(path, wanted, read_small=False):
         entries = {}
         if root is not None:
             for name, full, st in _walk(path):
-                entry = Entry.from_stat(st)
-                if entry.kind == FILE and (
-                    (name in wanted and entry.size == len(wanted[name]))
-                    or (read_small and entry.size <= DIFF_LIMIT)
-                ):
-                    with open(full, "rb") as handle:
-                        entry.content = handle.read()
-                elif entry.kind == OTHER and stat.S_ISLNK(st.st_mode):
-                    entry.target = os.readlink(full)
-                entries[name] = entry
+                entries[name] = _read_entry(name, full, st, wanted, read_small)
     except OSError as error:
         raise TreeError("cannot read the tree at %s: %s; nothing was changed" % (path, error)) from error
     return Tree(root, entries)
+
+
+def _read_entry(name, full, st, wanted, read_small):
+    """The Entry for lstat st of name: with its content where a plan or the diff compares
+    it, a link's target for the diff."""
+    entry = Entry.from_stat(st)
+    if entry.kind == FILE and (
+        (name in wanted and entry.size == len(wanted[name])) or (read_small and entry.size <= DIFF_LIMIT)
+    ):
+        with open(full, "rb") as handle:
+            entry.content = handle.read()
+    elif entry.kind == OTHER and stat.S_ISLNK(st.st_mode):
+        entry.target = os.readlink(full)
+    return entry
 
 
 def read_named(path, wanted, absent, read_small=False):
@@ -300,16 +305,7 @@ def read_named(path, wanted, absent, read_small=False):
                     st = os.lstat(full)
                 except FileNotFoundError:
                     continue
-                entry = Entry.from_stat(st)
-                if entry.kind == FILE and (
-                    (name in wanted and entry.size == len(wanted[name]))
-                    or (read_small and entry.size <= DIFF_LIMIT)
-                ):
-                    with open(full, "rb") as handle:
-                        entry.content = handle.read()
-                elif entry.kind == OTHER and stat.S_ISLNK(st.st_mode):
-                    entry.target = os.readlink(full)
-                entries[name] = entry
+                entries[name] = _read_entry(name, full, st, wanted, read_small)
     except OSError as error:
         raise TreeError("cannot read the tree at %s: %s; nothing was changed" % (path, error)) from error
     return Tree(root, entries)

@@ -60,9 +60,7 @@ CASES = {
 
 
 def test_the_secure_boot_state_comes_from_mokutil_else_the_efi_variable(tmp_path):
-    hosts = {
-        name: dict(host_vars, __nvidia_driver_efivar_path=EFIVAR) for name, (host_vars, _) in CASES.items()
-    }
+    hosts = {name: dict(case[0], __nvidia_driver_efivar_path=EFIVAR) for name, case in CASES.items()}
     expression = task_arg(
         "nvidia_driver",
         "preflight.yml",
@@ -72,5 +70,5 @@ def test_the_secure_boot_state_comes_from_mokutil_else_the_efi_variable(tmp_path
     )
     found = resolve(hosts_inventory(tmp_path, hosts), [], exprs={"state": expression}, tmp_path=tmp_path)
     assert {name: found[name]["state"].strip() for name in CASES} == {
-        name: expected for name, (_, expected) in CASES.items()
+        name: case[1] for name, case in CASES.items()
     }

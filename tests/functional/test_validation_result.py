@@ -21,7 +21,11 @@ def node_result(tmp_path, *, lost=(), container_state=None, log="", warnings=(),
     ended = state.get("terminated")
     phase = "Pending" if not ended else "Succeeded" if ended["exitCode"] == 0 else "Failed"
     extra = {
-        "gpu_validation_gpu": {"gpu_count": found, "lost_gpus": list(lost), "nvml": {"available": True}},
+        "gpu_validation_gpu": {
+            "gpu_count": found,
+            "lost_gpus": list(lost),
+            "nvml": {"available": True},
+        },
         "gpu_validation_found": found,
         "gpu_validation_expected": found,
         "gpu_validation_allocatable": found,
@@ -148,6 +152,32 @@ def gpu_uuid(index):
     return "GPU-%08d-1111-2222-3333-444444444444" % index
 
 
+def finished_on_eight_gpus(printed):
+    """A node with 8 GPUs, all allocatable, whose test pod succeeded printing PRINTED."""
+    return {
+        "gpu_validation_gpu": {
+            "gpu_count": 8,
+            "lost_gpus": [],
+            "nvml": {"available": True},
+        },
+        "gpu_validation_found": 8,
+        "gpu_validation_expected": 8,
+        "gpu_validation_allocatable": 8,
+        "gpu_validation_pod": {
+            "resources": [
+                {
+                    "metadata": {"name": "gpuops-validate-gpuops-node-1"},
+                    "status": {
+                        "phase": "Succeeded",
+                        "containerStatuses": [{"state": {"terminated": {"exitCode": 0}}}],
+                    },
+                }
+            ]
+        },
+        "gpu_validation_log": {"log": "%s\nTest PASSED\n" % printed},
+    }
+
+
 def dra_result(tmp_path, *, printed, allocated, claim_read=True):
     """A node in mode dra whose test pod printed PRINTED and whose claim was allocated gpu-ALLOCATED."""
     devices = [{"name": "gpu-%d" % i, "attributes": {"uuid": {"string": gpu_uuid(i)}}} for i in range(8)]
@@ -170,23 +200,8 @@ def dra_result(tmp_path, *, printed, allocated, claim_read=True):
     extra = {
         "gpu_validation_mode": "dra",
         "gpu_validation_dra_driver": DRIVER,
-        "gpu_validation_gpu": {"gpu_count": 8, "lost_gpus": [], "nvml": {"available": True}},
-        "gpu_validation_found": 8,
-        "gpu_validation_expected": 8,
-        "gpu_validation_allocatable": 8,
         "gpu_validation_pod_started": running,
-        "gpu_validation_pod": {
-            "resources": [
-                {
-                    "metadata": {"name": "gpuops-validate-gpuops-node-1"},
-                    "status": {
-                        "phase": "Succeeded",
-                        "containerStatuses": [{"state": {"terminated": {"exitCode": 0}}}],
-                    },
-                }
-            ]
-        },
-        "gpu_validation_log": {"log": "%s\nTest PASSED\n" % printed},
+        **finished_on_eight_gpus(printed),
         "gpu_validation_claim": claim,
         "gpu_validation_slices": slices,
         "gpu_validation_compare_devices": "auto",
@@ -200,8 +215,16 @@ def dra_result(tmp_path, *, printed, allocated, claim_read=True):
 def test_dra_the_claimed_gpu_is_the_one_the_pod_saw(tmp_path):
     result = dra_result(tmp_path, printed=gpu_uuid(5), allocated="gpu-5")
     assert result["passed"], result
-    assert result["pod"]["devices"] == {"result": "match", "seen": [gpu_uuid(5)], "assigned": [gpu_uuid(5)]}
-    assert (result["mode"], result["driver"], result["allocatable"]) == ("dra", DRIVER, 8), result
+    assert result["pod"]["devices"] == {
+        "result": "match",
+        "seen": [gpu_uuid(5)],
+        "assigned": [gpu_uuid(5)],
+    }
+    assert (result["mode"], result["driver"], result["allocatable"]) == (
+        "dra",
+        DRIVER,
+        8,
+    ), result
 
 
 def test_dra_a_pod_that_saw_another_gpu_than_its_claims_fails_the_node(tmp_path):
@@ -237,22 +260,7 @@ CLIENT = "/opt/gpuops-device-plugin/venv/bin/gpuops-pod-resources"
 def plugin_result(tmp_path, *, printed, client, compare="auto", node_state=None):
     """A node whose finished test pod printed PRINTED and whose pod-resources client answered CLIENT."""
     extra = {
-        "gpu_validation_gpu": {"gpu_count": 8, "lost_gpus": [], "nvml": {"available": True}},
-        "gpu_validation_found": 8,
-        "gpu_validation_expected": 8,
-        "gpu_validation_allocatable": 8,
-        "gpu_validation_pod": {
-            "resources": [
-                {
-                    "metadata": {"name": "gpuops-validate-gpuops-node-1"},
-                    "status": {
-                        "phase": "Succeeded",
-                        "containerStatuses": [{"state": {"terminated": {"exitCode": 0}}}],
-                    },
-                }
-            ]
-        },
-        "gpu_validation_log": {"log": "%s\nTest PASSED\n" % printed},
+        **finished_on_eight_gpus(printed),
         "gpu_validation_node_state": node_state or {"paths": {CLIENT: {"exists": True, "executable": True}}},
         "gpu_validation_assigned": client,
         "gpu_validation_compare_devices": compare,
@@ -272,7 +280,11 @@ def test_a_finished_pods_gpus_are_compared_with_what_the_kubelet_assigned(tmp_pa
     # No start seen while the pod ran (no gpu_validation_pod_started): the pod had finished.
     result = plugin_result(tmp_path, printed=gpu_uuid(5), client=assigned(gpu_uuid(5)))
     assert result["passed"], result
-    assert result["pod"]["devices"] == {"result": "match", "seen": [gpu_uuid(5)], "assigned": [gpu_uuid(5)]}
+    assert result["pod"]["devices"] == {
+        "result": "match",
+        "seen": [gpu_uuid(5)],
+        "assigned": [gpu_uuid(5)],
+    }
 
 
 def test_a_finished_pod_that_saw_another_gpu_than_assigned_fails_the_node(tmp_path):
@@ -289,7 +301,10 @@ def test_a_pod_the_kubelet_never_listed_is_a_note_and_fails_where_required(tmp_p
         "gpuops-pod-resources: ... pod x in namespace default not found)"
     )
     result = plugin_result(tmp_path, printed=gpu_uuid(5), client=gone)
-    assert result["passed"] and result["pod"]["devices"] == {"result": "not compared", "note": note}, result
+    assert result["passed"] and result["pod"]["devices"] == {
+        "result": "not compared",
+        "note": note,
+    }, result
     result = plugin_result(tmp_path, printed=gpu_uuid(5), client=gone, compare="required")
     assert result["reasons"] == ["GPUs not compared with what the kubelet assigned: " + note], result
 

@@ -115,7 +115,7 @@ def test_wait_reads_a_pod_from_its_admission_on(kubelet):
     unadmitted = [pb.ContainerResources(name="validate")]
     bare = pb.PodResources(name=POD.name, namespace=POD.namespace, containers=unadmitted)
 
-    def sleep(_):
+    def sleep(_seconds):
         answers.append(len(answers))
         kubelet.pods = [bare] if len(answers) < 3 else [POD]
 
