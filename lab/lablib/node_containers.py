@@ -135,8 +135,18 @@ def container_stamp(node):
     return label if out.returncode == 0 and running == "true" else None
 
 
+def discard(name):
+    """Remove a node's container at once (SIGKILL, no shutdown). A node's systemd takes the
+    host's name=systemd cgroup hierarchy for its own (its units sit at the hierarchy's root,
+    beside the other nodes'), and on a clean shutdown it trims every empty cgroup there: the
+    other nodes' own empty name=systemd cgroups too, after which `podman exec` into them
+    fails ("error adding pid ... to cgroups: ... libpod-<id>/cgroup.procs: no such file or
+    directory"). A lab node keeps nothing worth a clean stop."""
+    podman("rm", "--force", "--time", "0", name, check=False)
+
+
 def start_node(node, image, wanted):
-    podman("rm", "-f", node.name, check=False)
+    discard(node.name)
     podman(
         "run",
         "--detach",
@@ -177,6 +187,6 @@ def existing_nodes():
 
 
 def remove(bins, node):
-    podman("rm", "--force", "--time", "10", node.name, check=False)
+    discard(node.name)
     kubectl(bins, "delete", "node", node.name, "--ignore-not-found", "--wait=false", check=False)
     log("removed %s" % node.name)
