@@ -14,6 +14,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import json
+
 # A query's fields, as kubernetes.core.k8s_info names them, and each one's type.
 QUERY_FIELDS = {
     "api_version": str,
@@ -67,18 +69,23 @@ def check_queries(queries):
 
 
 def read_all(find, queries):
-    """{name: find's result} for each checked query; find is K8sService.find."""
-    return dict(
-        (
-            label,
-            find(
+    """{name: find's result} for each checked query; find is K8sService.find.
+
+    Queries that are the same are asked once: a task that reads for every host of a play
+    names the objects they share (a RuntimeClass, a DaemonSet) once per host.
+    """
+    answers = {}
+    objects = {}
+    for label, query in queries.items():
+        key = json.dumps(query, sort_keys=True)
+        if key not in answers:
+            answers[key] = find(
                 query["kind"],
                 query["api_version"],
                 name=query["name"],
                 namespace=query["namespace"],
                 label_selectors=query["label_selectors"],
                 field_selectors=query["field_selectors"],
-            ),
-        )
-        for label, query in queries.items()
-    )
+            )
+        objects[label] = answers[key]
+    return objects

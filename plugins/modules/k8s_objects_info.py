@@ -22,6 +22,8 @@ description:
     per object, each of which would start Python and import the kubernetes client again.
   - Every query is checked before the API is reached; one that is not valid fails the task
     with its name, the field and what would be valid.
+  - Queries that are the same are asked of the API once, so a task that reads for every host
+    of a play may name the objects the hosts share once per host.
 author:
   - gpuops.k8s maintainers (@gpuops)
 requirements:

@@ -98,3 +98,32 @@ def test_each_result_is_finds_under_the_querys_name():
             name=None, namespace="gpu-operator", label_selectors=[], field_selectors=["spec.nodeName=gpu-1"]
         ),
     )
+
+
+def test_a_query_asked_under_several_names_reaches_the_api_once():
+    asked = []
+
+    def find(kind, api_version, **selection):
+        asked.append((kind, selection["name"]))
+        return {"resources": [{"kind": kind, "metadata": {"name": selection["name"]}}], "api_found": True}
+
+    queries = check_queries(
+        {
+            "gpu-1:node": {"kind": "Node", "name": "gpu-1"},
+            "gpu-1:runtime_class": {
+                "api_version": "node.k8s.io/v1",
+                "kind": "RuntimeClass",
+                "name": "nvidia",
+            },
+            "gpu-2:node": {"kind": "Node", "name": "gpu-2"},
+            "gpu-2:runtime_class": {
+                "kind": "RuntimeClass",
+                "name": "nvidia",
+                "api_version": "node.k8s.io/v1",
+            },
+        }
+    )
+    objects = read_all(find, queries)
+    assert sorted(asked) == [("Node", "gpu-1"), ("Node", "gpu-2"), ("RuntimeClass", "nvidia")]
+    assert objects["gpu-2:runtime_class"] == objects["gpu-1:runtime_class"]
+    assert objects["gpu-2:node"]["resources"][0]["metadata"]["name"] == "gpu-2"
