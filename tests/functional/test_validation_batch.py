@@ -1,0 +1,82 @@
+# Copyright (c) gpuops.k8s contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""gpu_validation starts, waits for and removes the test pods of all hosts of the play in
+one task each (roles/gpu_validation/tasks/pod.yml, gpu_validation_batch): only the hosts
+that run a pod in this run are in it, the wait ends once every pod has finished, and each
+host takes back its own pod. Each expression is taken verbatim from the role and evaluated
+by the real ansible-playbook with the roles' defaults and vars.
+"""
+
+from resolve import ROLES, find_task, hosts_inventory, resolve
+
+
+def pod(name, phase):
+    return {"api_found": True, "resources": [{"metadata": {"name": name}, "status": {"phase": phase}}]}
+
+
+def test_the_pods_of_the_hosts_that_run_one_are_started_waited_for_and_each_host_gets_its_own(tmp_path):
+    request = find_task("gpu_validation", "main.yml", "Name the test pod this node runs, if any")
+    wait = find_task("gpu_validation", "pod.yml", "Wait for the test pods to finish")
+    take = find_task("gpu_validation", "pod.yml", "Take this node's test pod from what the API answered")
+    start = find_task("gpu_validation", "pod.yml", "Start the test pods")
+    ready = {"gpu_validation_found": 2, "gpu_validation_allocatable": 2, "gpu_validation_expected": 2}
+    hosts = {
+        "gpu-a": dict(ready, gpu_validation_findings=[]),
+        # A node that already fails runs no pod.
+        "gpu-b": dict(ready, gpu_validation_findings=[{"check": "services"}]),
+        "gpu-c": dict(ready, gpu_validation_findings=[]),
+    }
+    named = resolve(
+        hosts_inventory(tmp_path, hosts),
+        [],
+        # The role's template, found by its path outside the role.
+        exprs={
+            "request": request["ansible.builtin.set_fact"]["gpu_validation_pod_request"].replace(
+                "'pod.yaml.j2'", "'%s'" % (ROLES / "gpu_validation" / "templates" / "pod.yaml.j2")
+            )
+        },
+        tmp_path=tmp_path,
+    )
+    assert named["gpu-b"]["request"] is None
+    assert named["gpu-a"]["request"]["name"] == "gpuops-validate-gpu-a"
+    assert named["gpu-a"]["request"]["manifest"]["spec"]["nodeSelector"] == {
+        "kubernetes.io/hostname": "gpu-a"
+    }
+    assert named["gpu-c"]["request"]["query"] == {
+        "kind": "Pod",
+        "namespace": "default",
+        "name": "gpuops-validate-gpu-c",
+    }
+
+    for host, host_vars in hosts.items():
+        host_vars["gpu_validation_pod_request"] = named[host]["request"]
+    exprs = {
+        "manifests": start["kubernetes.core.k8s"]["definition"],
+        "queries": wait["gpuops.k8s.k8s_objects_info"]["queries"],
+        "done": "{{ %s }}" % wait["until"],
+    }
+    # Only the hosts that run a pod take one (tasks/pod.yml is theirs alone).
+    take_pod = {"pod": take["ansible.builtin.set_fact"]["gpu_validation_pod"]}
+    # gpu-c's pod still runs: the wait goes on; then both have finished, one of them failed.
+    running = {"gpuops-validate-gpu-a": pod("gpuops-validate-gpu-a", "Succeeded")}
+    running["gpuops-validate-gpu-c"] = pod("gpuops-validate-gpu-c", "Running")
+    finished = dict(running, **{"gpuops-validate-gpu-c": pod("gpuops-validate-gpu-c", "Failed")})
+    found = {}
+    for case, objects in (("running", running), ("finished", finished)):
+        for host_vars in hosts.values():
+            host_vars["gpu_validation_pods"] = {"objects": objects, "changed": False}
+        found[case] = resolve(hosts_inventory(tmp_path, hosts), [], exprs=exprs, tmp_path=tmp_path)
+    took = resolve(
+        hosts_inventory(tmp_path, hosts), [], exprs=take_pod, limit="gpu-a,gpu-c", tmp_path=tmp_path
+    )
+    answer = found["finished"]["gpu-a"]
+    assert [m["metadata"]["name"] for m in answer["manifests"]] == [
+        "gpuops-validate-gpu-a",
+        "gpuops-validate-gpu-c",
+    ]
+    assert sorted(answer["queries"]) == ["gpuops-validate-gpu-a", "gpuops-validate-gpu-c"]
+    assert found["running"]["gpu-a"]["done"] is False
+    assert answer["done"] is True
+    assert took["gpu-c"]["pod"] == pod("gpuops-validate-gpu-c", "Failed")
+    assert took["gpu-a"]["pod"] == pod("gpuops-validate-gpu-a", "Succeeded")
