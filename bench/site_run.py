@@ -10,7 +10,12 @@ site.yml, every phase, as `make site` does: on fresh nodes first with --fresh (`
 down`, then `up`: nothing of NVIDIA's on them), then --converged times on the converged
 nodes. Each run's wall time and changed tasks per node come from Ansible's own JSON
 (ansible.posix.json: every task's start and end, over all its hosts); per role, the time
-its tasks took; the slowest tasks. One table at the end. Needs the lab's control plane up (make lab-up).
+its tasks took; the slowest tasks. And where the CPU went, which decides how a run
+scales on this machine, whose cores the nodes share with the controller: the machine's
+busy CPU seconds (/proc/stat), the controller's (ansible-playbook with its workers, the
+modules it runs for the API, its SSH clients) and the nodes' (their containers' cgroup,
+where the host has cgroup v1's cpuacct). One table at the end. Needs the lab's control
+plane up (make lab-up).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import collections
 import datetime
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -28,6 +34,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
 NODES_INVENTORY = Path("/var/lib/gpuops-lab/nodes/hosts.yml")
+# Podman's containers, the lab's nodes alone here, under cgroup v1's cpuacct (the lab's host).
+NODES_CPUACCT = Path("/sys/fs/cgroup/cpuacct/libpod_parent/cpuacct.usage")
+
+
+def cpu_seconds():
+    """(machine busy, controller, nodes or None): CPU seconds so far."""
+    with open("/proc/stat", encoding="ascii") as stat:
+        ticks = [int(field) for field in stat.readline().split()[1:]]
+    idle = ticks[3] + ticks[4]  # idle, iowait
+    machine = (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    nodes = int(NODES_CPUACCT.read_text()) / 1e9 if NODES_CPUACCT.exists() else None
+    return machine, children.ru_utime + children.ru_stime, nodes
 
 
 def nodes(*args):
@@ -39,7 +58,8 @@ def when(stamp):
 
 
 def site_run():
-    """site.yml once: (wall seconds, {host: changed count}, {role: s}, [(s, task)])."""
+    """site.yml once: (wall seconds, {host: changed count}, {role: s}, [(s, task)], CPU seconds
+    (machine, controller, nodes or None))."""
     env = dict(
         os.environ,
         ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
@@ -48,9 +68,10 @@ def site_run():
     )
     argv = [str(VENV_BIN / "ansible-playbook"), "-i", str(ROOT / "inventories" / "lab")]
     argv += ["-i", str(NODES_INVENTORY), str(ROOT / "playbooks" / "site.yml")]
-    start = time.monotonic()
+    start, cpu_start = time.monotonic(), cpu_seconds()
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, check=False, cwd=ROOT)
     wall = time.monotonic() - start
+    cpu = [None if a is None else b - a for a, b in zip(cpu_start, cpu_seconds())]
     report = json.loads(proc.stdout)
     failed = [
         "%s on %s: %s" % (task["task"]["name"], host, result.get("msg"))
@@ -72,7 +93,19 @@ def site_run():
             name = task["task"]["name"]
             roles[name.split(" : ", 1)[0] if " : " in name else "(playbook)"] += seconds
             tasks.append((seconds, name))
-    return wall, changed, roles, sorted(tasks, reverse=True)
+    return wall, changed, roles, sorted(tasks, reverse=True), cpu
+
+
+def cpu_text(cpu, wall):
+    machine, controller, nodes = cpu
+    cores = os.cpu_count() or 1
+    return "machine %.1f (%.0f%% of %d cores), controller %.1f, nodes %s" % (
+        machine,
+        100 * machine / (wall * cores),
+        cores,
+        controller,
+        "n/a" if nodes is None else "%.1f" % nodes,
+    )
 
 
 def main(argv=None):
@@ -90,18 +123,19 @@ def main(argv=None):
         runs = (["fresh"] if args.fresh else []) + ["converged"] * args.converged
         for kind in runs:
             print("site_run: %d nodes, %s run" % (count, kind), file=sys.stderr, flush=True)
-            wall, changed, roles, tasks = site_run()
-            rows.append((count, kind, wall, changed))
+            wall, changed, roles, tasks, cpu = site_run()
+            rows.append((count, kind, wall, changed, cpu))
             print("\n%d nodes, %s: %.1f s wall, changed %s" % (count, kind, wall, changed))
+            print("  CPU: %s" % cpu_text(cpu, wall))
             for role, seconds in roles.most_common():
                 print("  %-45s %7.1f s" % (role, seconds))
             print("  slowest tasks:")
             for seconds, name in tasks[: args.top]:
                 print("  %7.1f s  %s" % (seconds, name))
-    print("\n| nodes | run | wall (s) | changed per node |\n| --- | --- | --- | --- |")
-    for count, kind, wall, changed in rows:
+    print("\n| nodes | run | wall (s) | changed per node | CPU (s) |\n| --- | --- | --- | --- | --- |")
+    for count, kind, wall, changed, cpu in rows:
         per_node = ", ".join("%d" % changed[host] for host in sorted(changed) if host != "localhost")
-        print("| %d | %s | %.1f | %s |" % (count, kind, wall, per_node))
+        print("| %d | %s | %.1f | %s | %s |" % (count, kind, wall, per_node, cpu_text(cpu, wall)))
 
 
 if __name__ == "__main__":
