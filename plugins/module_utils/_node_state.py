@@ -39,6 +39,9 @@ UNIT_PROPERTIES = (
     "NRestarts",
     "ExecMainCode",
     "ExecMainStatus",
+    # enabled, disabled, static... (empty for a unit systemd does not know): whether a role
+    # that keeps a unit enabled has anything to do.
+    "UnitFileState",
 )
 # systemd's unit types: a name ending in none of them is a service (systemctl adds .service).
 UNIT_SUFFIXES = (

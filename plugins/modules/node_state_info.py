@@ -146,12 +146,13 @@ systemd:
     units:
       description:
         - Each unit by its full name, with its C(LoadState), C(ActiveState), C(SubState),
-          C(Result), and for services C(NRestarts), C(ExecMainCode) and C(ExecMainStatus), as
-          systemctl show prints them (strings).
+          C(Result), C(UnitFileState) (V(enabled), V(disabled), V(static)..., empty for a unit
+          systemd does not know), and for services C(NRestarts), C(ExecMainCode) and
+          C(ExecMainStatus), as systemctl show prints them (strings).
       type: dict
       sample:
         containerd.service: {LoadState: loaded, ActiveState: inactive, SubState: dead, Result: success,
-                             NRestarts: "0", ExecMainCode: "1", ExecMainStatus: "0"}
+                             UnitFileState: enabled, NRestarts: "0", ExecMainCode: "1", ExecMainStatus: "0"}
 device_plugins:
   description: The kubelet's device plugin directory.
   returned: always

@@ -18,7 +18,7 @@ import pytest
 
 from ansible_collections.gpuops.k8s.plugins.module_utils import _node_state as ns
 
-# `systemctl show --property=LoadState,ActiveState,SubState,Result,NRestarts,ExecMainCode,ExecMainStatus
+# `systemctl show --property=LoadState,ActiveState,SubState,Result,NRestarts,ExecMainCode,ExecMainStatus,UnitFileState
 # containerd.service kubelet.service nope.service gpuops-runtime-guard.timer` on a lab node
 # with containerd stopped: systemd prints each unit's properties in its own order, a block
 # per unit in the order asked, and a unit it does not know as not-found.
@@ -30,6 +30,7 @@ ExecMainStatus=0
 LoadState=loaded
 ActiveState=inactive
 SubState=dead
+UnitFileState=enabled
 
 Result=exit-code
 NRestarts=12
@@ -44,11 +45,13 @@ ExecMainStatus=0
 LoadState=not-found
 ActiveState=inactive
 SubState=dead
+UnitFileState=
 
 Result=success
 LoadState=loaded
 ActiveState=active
 SubState=waiting
+UnitFileState=disabled
 """
 UNITS = ["containerd.service", "kubelet.service", "nope.service", "gpuops-runtime-guard.timer"]
 
@@ -64,16 +67,19 @@ def test_each_block_is_the_unit_asked_in_its_place():
         "NRestarts": "0",
         "ExecMainCode": "1",
         "ExecMainStatus": "0",
+        "UnitFileState": "enabled",
     }
     assert states["kubelet.service"]["SubState"] == "auto-restart"
     assert states["kubelet.service"]["NRestarts"] == "12"
     assert states["nope.service"]["LoadState"] == "not-found"
+    assert states["nope.service"]["UnitFileState"] == ""
     # A timer has no NRestarts: absent, not invented.
     assert states["gpuops-runtime-guard.timer"] == {
         "LoadState": "loaded",
         "ActiveState": "active",
         "SubState": "waiting",
         "Result": "success",
+        "UnitFileState": "disabled",
     }
 
 
