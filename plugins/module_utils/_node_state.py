@@ -270,14 +270,22 @@ def read_device_plugins(plugin_dir):
 
 
 def read_paths(paths):
-    """{path: {exists, type, executable}} of each path, links followed."""
+    """{path: {exists, type, executable, mode, uid, gid}} of each path, links followed; mode
+    (an octal string such as "0755"), uid and gid are None where nothing is there."""
     found = {}
     for path in paths:
-        kind = describe(path)["type"]
+        try:
+            info = os.stat(path)
+        except OSError:
+            info = None
+        kind = entry_type(info.st_mode) if info else MISSING
         found[path] = {
             "exists": kind != MISSING,
             "type": kind,
             "executable": kind == FILE and os.access(path, os.X_OK),
+            "mode": "%04o" % stat.S_IMODE(info.st_mode) if info else None,
+            "uid": info.st_uid if info else None,
+            "gid": info.st_gid if info else None,
         }
     return found
 

@@ -188,10 +188,12 @@ device_plugins:
         allocated: {nvidia.com/gpu: [65df208a-dc4d-4bb0-8dc2-dca6fcd2cac6]}
         error: null
 paths:
-  description: Each path of O(paths) with C(exists), C(type) (as in RV(devices)) and C(executable).
+  description:
+    - Each path of O(paths) with C(exists), C(type) (as in RV(devices)), C(executable), and its
+      C(mode) (an octal string, V('0755')), C(uid) and C(gid), null where nothing is there.
   returned: always
   type: dict
-  sample: {/usr/bin/nvidia-container-runtime: {exists: true, type: file, executable: true}}
+  sample: {/usr/bin/nvidia-container-runtime: {exists: true, type: file, executable: true, mode: '0755', uid: 0, gid: 0}}
 runtime_cdi:
   description:
     - Whether the container runtime of O(container_runtime_version) injects CDI devices; null

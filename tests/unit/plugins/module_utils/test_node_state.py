@@ -302,12 +302,25 @@ def test_paths_are_stat_ed_links_followed(tmp_path):
     os.symlink(str(binary), str(tmp_path / "link"))
     plain = tmp_path / "plain"
     plain.write_text("")
-    paths = [str(binary), str(tmp_path / "link"), str(plain), str(tmp_path / "none")]
+    plain.chmod(0o640)
+    directory = tmp_path / "dir"
+    directory.mkdir()
+    directory.chmod(0o750)
+    paths = [str(binary), str(tmp_path / "link"), str(plain), str(directory), str(tmp_path / "none")]
+    me = {"uid": os.getuid(), "gid": os.getgid()}
     assert ns.read_paths(paths) == {
-        str(binary): {"exists": True, "type": "file", "executable": True},
-        str(tmp_path / "link"): {"exists": True, "type": "file", "executable": True},
-        str(plain): {"exists": True, "type": "file", "executable": False},
-        str(tmp_path / "none"): {"exists": False, "type": "missing", "executable": False},
+        str(binary): dict(me, exists=True, type="file", executable=True, mode="0755"),
+        str(tmp_path / "link"): dict(me, exists=True, type="file", executable=True, mode="0755"),
+        str(plain): dict(me, exists=True, type="file", executable=False, mode="0640"),
+        str(directory): dict(me, exists=True, type="directory", executable=False, mode="0750"),
+        str(tmp_path / "none"): {
+            "exists": False,
+            "type": "missing",
+            "executable": False,
+            "mode": None,
+            "uid": None,
+            "gid": None,
+        },
     }
 
 
