@@ -193,7 +193,9 @@ paths:
       C(mode) (an octal string, V('0755')), C(uid) and C(gid), null where nothing is there.
   returned: always
   type: dict
-  sample: {/usr/bin/nvidia-container-runtime: {exists: true, type: file, executable: true, mode: '0755', uid: 0, gid: 0}}
+  sample:
+    /usr/bin/nvidia-container-runtime:
+      {exists: true, type: file, executable: true, mode: '0755', uid: 0, gid: 0}
 runtime_cdi:
   description:
     - Whether the container runtime of O(container_runtime_version) injects CDI devices; null

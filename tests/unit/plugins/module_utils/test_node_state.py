@@ -18,10 +18,11 @@ import pytest
 
 from ansible_collections.gpuops.k8s.plugins.module_utils import _node_state as ns
 
-# `systemctl show --property=LoadState,ActiveState,SubState,Result,NRestarts,ExecMainCode,ExecMainStatus,UnitFileState
-# containerd.service kubelet.service nope.service gpuops-runtime-guard.timer` on a lab node
-# with containerd stopped: systemd prints each unit's properties in its own order, a block
-# per unit in the order asked, and a unit it does not know as not-found.
+# `systemctl show --property=LoadState,ActiveState,SubState,Result,NRestarts,ExecMainCode,
+# ExecMainStatus,UnitFileState containerd.service kubelet.service nope.service
+# gpuops-runtime-guard.timer` on a lab node with containerd stopped: systemd prints each
+# unit's properties in its own order, a block per unit in the order asked, and a unit it
+# does not know as not-found.
 SHOW = """\
 Result=success
 NRestarts=0
