@@ -60,7 +60,7 @@ def test_apt_is_asked_unless_every_package_is_installed_at_the_pattern(tmp_path)
             "nvidia_driver_packages": PACKAGES,
             "nvidia_driver_version": "550.163.01*",
         }
-        for name, (packages, _) in CASES.items()
+        for name, (packages, _current) in CASES.items()
     }
     found = resolve(hosts_inventory(tmp_path, hosts), [], exprs={"current": expression}, tmp_path=tmp_path)
     assert {name: found[name]["current"] for name in CASES} == {name: case[1] for name, case in CASES.items()}

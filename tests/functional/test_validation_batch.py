@@ -3,8 +3,9 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """gpu_validation starts, waits for and removes the test pods of all hosts of the play in
 one task each (roles/gpu_validation/tasks/pod.yml, gpu_validation_batch): only the hosts
-that run a pod in this run are in it, the wait ends once every pod has finished, and each
-host takes back its own pod. Each expression is taken verbatim from the role and evaluated
+that named a pod in this run are in it (a host that runs none has none, or forgot the one
+of an earlier run), the wait ends once every pod has finished, and each host takes back
+its own pod. Each expression is taken verbatim from the role and evaluated
 by the real ansible-playbook with the roles' defaults and vars.
 """
 
@@ -16,41 +17,52 @@ def pod(name, phase):
 
 
 def test_the_pods_of_the_hosts_that_run_one_are_started_waited_for_and_each_host_gets_its_own(tmp_path):
-    request = find_task("gpu_validation", "main.yml", "Name the test pod this node runs, if any")
+    request = find_task("gpu_validation", "pod.yml", "Name this node's test pod")
+    forget = find_task("gpu_validation", "pod.yml", "Forget this node's test pod")
     wait = find_task("gpu_validation", "pod.yml", "Wait for the test pods to finish")
     take = find_task("gpu_validation", "pod.yml", "Take this node's test pod from what the API answered")
     start = find_task("gpu_validation", "pod.yml", "Start the test pods")
-    ready = {"gpu_validation_found": 2, "gpu_validation_allocatable": 2, "gpu_validation_expected": 2}
-    hosts = {
-        "gpu-a": dict(ready, gpu_validation_findings=[]),
-        # A node that already fails runs no pod.
-        "gpu-b": dict(ready, gpu_validation_findings=[{"check": "services"}]),
-        "gpu-c": dict(ready, gpu_validation_findings=[]),
-    }
+    assert forget["ansible.builtin.set_fact"] == {"gpu_validation_pod_request": None}
+    hosts = {"gpu-a": {}, "gpu-b": {}, "gpu-c": {}}
+    # The role's template, found by its path outside the role.
+    template = "'%s'" % (ROLES / "gpu_validation" / "templates" / "pod.yaml.j2")
+    named_request = request["ansible.builtin.set_fact"]["gpu_validation_pod_request"]
     named = resolve(
         hosts_inventory(tmp_path, hosts),
         [],
-        # The role's template, found by its path outside the role.
         exprs={
-            "request": request["ansible.builtin.set_fact"]["gpu_validation_pod_request"].replace(
-                "'pod.yaml.j2'", "'%s'" % (ROLES / "gpu_validation" / "templates" / "pod.yaml.j2")
-            )
+            "name": named_request["name"],
+            "manifest": named_request["manifest"].replace("'pod.yaml.j2'", template),
+            "query_namespace": named_request["query"]["namespace"],
+            "query_name": named_request["query"]["name"],
         },
         tmp_path=tmp_path,
     )
-    assert named["gpu-b"]["request"] is None
-    assert named["gpu-a"]["request"]["name"] == "gpuops-validate-gpu-a"
-    assert named["gpu-a"]["request"]["manifest"]["spec"]["nodeSelector"] == {
-        "kubernetes.io/hostname": "gpu-a"
+    assert named["gpu-a"]["name"] == "gpuops-validate-gpu-a"
+    assert named["gpu-a"]["manifest"]["spec"]["nodeSelector"] == {"kubernetes.io/hostname": "gpu-a"}
+    requests = {
+        host: {
+            "name": named[host]["name"],
+            "manifest": named[host]["manifest"],
+            "query": {
+                "kind": "Pod",
+                "namespace": named[host]["query_namespace"],
+                "name": named[host]["query_name"],
+            },
+        }
+        for host in hosts
     }
-    assert named["gpu-c"]["request"]["query"] == {
+    assert named_request["query"]["kind"] == "Pod"
+    assert requests["gpu-c"]["query"] == {
         "kind": "Pod",
         "namespace": "default",
         "name": "gpuops-validate-gpu-c",
     }
+    # gpu-b runs no pod in this run: it has forgotten the one of an earlier run.
+    requests["gpu-b"] = None
 
     for host, host_vars in hosts.items():
-        host_vars["gpu_validation_pod_request"] = named[host]["request"]
+        host_vars["gpu_validation_pod_request"] = requests[host]
     exprs = {
         "manifests": start["kubernetes.core.k8s"]["definition"],
         "queries": wait["gpuops.k8s.k8s_objects_info"]["queries"],
