@@ -164,11 +164,17 @@ class KubeletStandin:
             client.close()
         self.clients = {}
 
-    def restart(self):
-        """What a kubelet restart looks like to plugins: sockets deleted, kubelet.sock re-created."""
+    def restart(self, while_down=None):
+        """What a kubelet restart looks like to plugins: sockets deleted, kubelet.sock re-created.
+
+        while_down(), if given, runs between the two: a test waits there for what a plugin
+        does while no kubelet answers.
+        """
         self.stop(grace=REGISTER_GRACE)
         for name in os.listdir(self.plugin_dir):
             path = os.path.join(self.plugin_dir, name)
             if stat.S_ISSOCK(os.lstat(path).st_mode):
                 os.unlink(path)
+        if while_down is not None:
+            while_down()
         self.start()

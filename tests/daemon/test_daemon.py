@@ -203,6 +203,26 @@ def test_twenty_kubelet_restarts_in_a_row(kubelet, start, plugin_dir):
         assert handle.read() == "{}"  # never touches the kubelet's own files
 
 
+def test_registers_again_when_the_kubelet_comes_back_after_it_saw_its_socket_go(kubelet, start):
+    # The order a real kubelet restart often has: our socket deleted and seen gone, then the
+    # new kubelet.sock, which on ext4 may carry the old one's inode number (about every
+    # other round here). Six rounds, so that telling sockets apart by inode number alone
+    # fails this almost always.
+    daemon = start()
+    kubelet.wait_registered(GPU).wait(all_healthy(8))
+    for _round in range(6):
+        before, seen = kubelet.registrations, daemon.text().count("waiting for the kubelet")
+
+        def until_the_daemon_waits(seen=seen):
+            deadline = time.monotonic() + 10
+            while daemon.text().count("waiting for the kubelet") == seen:
+                assert time.monotonic() < deadline, daemon.text()
+                time.sleep(0.02)
+
+        kubelet.restart(while_down=until_the_daemon_waits)
+        kubelet.wait_registered(GPU, after=before, timeout=10).wait(all_healthy(8))
+
+
 def test_re_registers_when_its_own_socket_is_deleted(kubelet, start, plugin_dir):
     daemon = start()
     kubelet.wait_registered(GPU).wait(all_healthy(8))

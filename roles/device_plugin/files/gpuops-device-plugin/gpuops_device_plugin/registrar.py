@@ -34,6 +34,17 @@ REGISTER_TIMEOUT_S = 10
 CHANNEL_OPTIONS = (("grpc.use_local_subchannel_pool", 1),)
 
 
+def socket_identity(path: str) -> tuple[int, int, int]:
+    """Which file path names now: device, inode number and change time.
+
+    The inode number alone is not enough: ext4 hands a deleted socket's number to the next
+    file created, so a restarted kubelet's kubelet.sock often has its predecessor's number.
+    Its change time, set when it was created, tells the two apart. Raises FileNotFoundError.
+    """
+    status = os.stat(path)
+    return status.st_dev, status.st_ino, status.st_ctime_ns
+
+
 class Endpoint:
     """One resource's gRPC server on <plugin dir>/<socket name>."""
 
@@ -42,9 +53,9 @@ class Endpoint:
         self.plugin_dir = plugin_dir
         self.metrics = metrics
         self.server = None
-        self.inode = None
+        self.identity = None  # socket_identity() of the socket our server listens on
         self.generation = 0
-        self.registered_with = None  # inode of the kubelet.sock we last registered with
+        self.registered_with = None  # socket_identity() of the kubelet.sock we last registered with
 
     @property
     def socket_name(self) -> str:
@@ -73,13 +84,13 @@ class Endpoint:
         server.start()
         os.replace(temporary, self.path)  # also replaces a stale socket of ours
         self.server = server
-        self.inode = os.stat(self.path).st_ino
+        self.identity = socket_identity(self.path)
         LOG.info("serving %s on %s", self.service.resource.name, self.path)
 
     def serving(self) -> bool:
         """True while our server runs and the socket file is the one it listens on."""
         try:
-            return self.server is not None and os.stat(self.path).st_ino == self.inode
+            return self.server is not None and socket_identity(self.path) == self.identity
         except FileNotFoundError:
             return False
 
@@ -92,7 +103,7 @@ class Endpoint:
             options=self.service.options(),
         )
         try:
-            kubelet_inode = os.stat(kubelet).st_ino
+            kubelet_identity = socket_identity(kubelet)
             with grpc.insecure_channel("unix://" + kubelet, options=CHANNEL_OPTIONS) as channel:
                 api_pb2_grpc.RegistrationStub(channel).Register(request, timeout=REGISTER_TIMEOUT_S)
         except (grpc.RpcError, FileNotFoundError) as error:
@@ -108,12 +119,12 @@ class Endpoint:
             len(self.service.resource.devices),
         )
         self.metrics.registrations.labels(request.resource_name, "ok").inc()
-        self.registered_with = kubelet_inode
+        self.registered_with = kubelet_identity
         return True
 
     def registered_with_current_kubelet(self) -> bool:
         try:
-            return self.registered_with == os.stat(os.path.join(self.plugin_dir, KUBELET_SOCKET)).st_ino
+            return self.registered_with == socket_identity(os.path.join(self.plugin_dir, KUBELET_SOCKET))
         except FileNotFoundError:
             return False
 
