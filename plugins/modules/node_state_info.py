@@ -29,6 +29,11 @@ description:
   - Where O(container_runtime_version) is given, whether the node's container runtime injects
     CDI devices (RV(runtime_cdi)), as DRA needs. For containerd 1.7 and newer this reads
     containerd's effective configuration with C(containerd config dump).
+  - The Debian packages of O(packages) (installed version and dpkg selection, one
+    C(dpkg-query)) and the Python distributions in the venvs of O(python_envs), so that a role
+    asks apt, dpkg or pip only where something is to do (see the filters
+    P(gpuops.k8s.packages_missing#filter), P(gpuops.k8s.selections_to_change#filter) and
+    P(gpuops.k8s.requirements_missing#filter)).
 author:
   - gpuops.k8s maintainers (@gpuops)
 extends_documentation_fragment:
@@ -72,6 +77,22 @@ options:
         for containerd's setting instead of the one it dumps. For check mode, where that role's
         change is not applied yet; unset, the setting as C(containerd config dump) prints it.
     type: bool
+  packages:
+    description:
+      - Debian packages to read with C(dpkg-query) (RV(packages)). On a node without dpkg,
+        RV(packages.available) is false.
+    type: list
+    elements: str
+    default: []
+    version_added: 0.2.0
+  python_envs:
+    description:
+      - Virtual environments whose installed distributions to list (RV(python_envs)), from the
+        names of their C(*.dist-info) directories.
+    type: list
+    elements: path
+    default: []
+    version_added: 0.2.0
 notes:
   - Reading the kubelet's checkpoint needs root.
 seealso:
@@ -215,11 +236,37 @@ runtime_cdi:
       (containerd's default). Turn it on with container_runtime_enable_cdi: true in this collection's
       container_runtime role. DRA needs containerd 1.7 with enable_cdi = true, containerd 2.0 or
       newer (CDI on unless turned off), or CRI-O 1.23+
+packages:
+  description:
+    - The packages of O(packages). C(available) is false where C(dpkg-query) is not installed or
+      failed (C(error) says why), and C(items) then empty.
+    - Each item has C(installed) (dpkg's state is C(installed)), C(version) (the installed
+      version, else null) and C(selection) (dpkg's want, V(install), V(hold), V(deinstall),
+      V(purge) or V(unknown); null for a package dpkg does not know).
+  returned: always
+  type: dict
+  sample:
+    available: true
+    error: null
+    items:
+      containerd: {installed: true, version: 1.6.20~ds1-1+b1, selection: install}
+      python3-tomlkit: {installed: false, version: null, selection: null}
+python_envs:
+  description:
+    - Each venv of O(python_envs) with C(exists) (it has a C(bin/python*)) and C(distributions),
+      the installed distributions by PEP 503 normalized name, with their versions.
+  returned: always
+  type: dict
+  sample:
+    /opt/gpuops-device-plugin/venv:
+      exists: true
+      distributions: {grpcio: 1.85.1, pyyaml: 6.0.3}
 """
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.k8s.plugins.module_utils import _node_state as node_state
+from ansible_collections.gpuops.k8s.plugins.module_utils import _packages as packages
 from ansible_collections.gpuops.k8s.plugins.module_utils import _runtime_cdi as runtime_cdi
 
 
@@ -262,6 +309,24 @@ def read_runtime_cdi(module, runtime_version, planned):
     return runtime_cdi.verdict(runtime_version, text, error, planned)
 
 
+def read_packages(module, names):
+    """The packages part of the result: one dpkg-query for every name."""
+    result = {"available": True, "error": None, "items": {}}
+    if not names:
+        return result
+    dpkg_query = module.get_bin_path("dpkg-query")
+    if not dpkg_query:
+        result.update(available=False, error="dpkg-query is not installed (not a Debian node)")
+        return result
+    argv = [dpkg_query, "--show", "--showformat=" + packages.DPKG_QUERY_FORMAT, "--", *names]
+    rc, out, err = module.run_command(argv, environ_update={"LC_ALL": "C"})
+    if rc not in (0, packages.DPKG_QUERY_SOME_NOT_FOUND):
+        result.update(available=False, error="dpkg-query failed (rc %d): %s" % (rc, err.strip()))
+        return result
+    result["items"] = packages.parse_dpkg_query(out, names)
+    return result
+
+
 def gather(module):
     params = module.params
     # Once each, in the order given: the result is keyed by unit.
@@ -276,6 +341,8 @@ def gather(module):
         "runtime_cdi": read_runtime_cdi(
             module, params["container_runtime_version"], params["planned_enable_cdi"]
         ),
+        "packages": read_packages(module, list(dict.fromkeys(name for name in params["packages"] if name))),
+        "python_envs": dict((path, packages.read_python_env(path)) for path in params["python_envs"]),
     }
 
 
@@ -288,6 +355,8 @@ def main():
             dev_dir=dict(type="path", default="/dev"),
             container_runtime_version=dict(type="str"),
             planned_enable_cdi=dict(type="bool"),
+            packages=dict(type="list", elements="str", default=[]),
+            python_envs=dict(type="list", elements="path", default=[]),
         ),
         supports_check_mode=True,
     )

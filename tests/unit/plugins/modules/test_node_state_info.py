@@ -142,3 +142,61 @@ def test_the_planned_setting_reaches_the_verdict():
     module = FakeContainerd(out=DUMP_17 % "false")
     found = node_state_info.read_runtime_cdi(module, "containerd://1.7.24", True)
     assert (found["cdi"], found["planned"], found["msg"]) == (True, True, None)
+
+
+class FakeDpkg:
+    """What read_packages asks of AnsibleModule: dpkg-query's path and one run."""
+
+    def __init__(self, out="", rc=0, err="", dpkg_query="/usr/bin/dpkg-query"):
+        self.answer = (rc, out, err)
+        self.dpkg_query = dpkg_query
+        self.calls = []
+
+    def get_bin_path(self, name):
+        assert name == "dpkg-query"
+        return self.dpkg_query
+
+    def run_command(self, argv, environ_update=None):
+        self.calls.append(argv)
+        return self.answer
+
+
+def test_every_package_is_read_with_one_dpkg_query():
+    module = FakeDpkg(out="containerd\t1.6.20~ds1-1+b1\tinstall ok installed\n", rc=1, err="not found")
+    found = node_state_info.read_packages(module, ["containerd", "python3-tomlkit"])
+    assert found["available"] is True
+    assert found["items"]["containerd"]["installed"] is True
+    assert found["items"]["python3-tomlkit"] == {"installed": False, "version": None, "selection": None}
+    assert module.calls == [
+        [
+            "/usr/bin/dpkg-query",
+            "--show",
+            "--showformat=${Package}\\t${Version}\\t${Status}\\n",
+            "--",
+            "containerd",
+            "python3-tomlkit",
+        ]
+    ]
+
+
+@pytest.mark.parametrize(
+    "module, error",
+    [
+        (FakeDpkg(dpkg_query=None), "dpkg-query is not installed (not a Debian node)"),
+        (
+            FakeDpkg(rc=2, err="dpkg-query: error: database locked\n"),
+            "dpkg-query failed (rc 2): dpkg-query: error: database locked",
+        ),
+    ],
+)
+def test_no_dpkg_is_said_and_leaves_every_decision_to_the_modules(module, error):
+    found = node_state_info.read_packages(module, ["containerd"])
+    assert found["available"] is False
+    assert found["error"] == error
+    assert found["items"] == {}
+
+
+def test_no_packages_asked_runs_nothing():
+    module = FakeDpkg()
+    assert node_state_info.read_packages(module, []) == {"available": True, "error": None, "items": {}}
+    assert module.calls == []
