@@ -98,7 +98,7 @@ def _packages_read(node_state):
     read = node_state.get("packages") if isinstance(node_state, dict) else None
     if not isinstance(read, dict):
         raise PackagesInputError("node_state must be node_state_info's result, read with packages")
-    return read.get("items") if read.get("available") else None
+    return read.get("by_name") if read.get("available") else None
 
 
 def packages_missing(wanted, node_state):

@@ -237,18 +237,27 @@ runtime_cdi:
       container_runtime role. DRA needs containerd 1.7 with enable_cdi = true, containerd 2.0 or
       newer (CDI on unless turned off), or CRI-O 1.23+
 packages:
-  description:
-    - The packages of O(packages). C(available) is false where C(dpkg-query) is not installed or
-      failed (C(error) says why), and C(items) then empty.
-    - Each item has C(installed) (dpkg's state is C(installed)), C(version) (the installed
-      version, else null) and C(selection) (dpkg's want, V(install), V(hold), V(deinstall),
-      V(purge) or V(unknown); null for a package dpkg does not know).
+  description: The packages of O(packages).
   returned: always
   type: dict
+  contains:
+    available:
+      description: C(dpkg-query) is installed and answered (true where no package was asked).
+      type: bool
+    error:
+      description: Why C(dpkg-query) could not be asked; null where it answered.
+      type: str
+    by_name:
+      description:
+        - Each package of O(packages) with C(installed) (dpkg's state is C(installed)),
+          C(version) (the installed version, else null) and C(selection) (dpkg's want,
+          V(install), V(hold), V(deinstall), V(purge) or V(unknown); null for a package dpkg
+          does not know). Empty where RV(packages.available) is false.
+      type: dict
   sample:
     available: true
     error: null
-    items:
+    by_name:
       containerd: {installed: true, version: 1.6.20~ds1-1+b1, selection: install}
       python3-tomlkit: {installed: false, version: null, selection: null}
 python_envs:
@@ -311,7 +320,7 @@ def read_runtime_cdi(module, runtime_version, planned):
 
 def read_packages(module, names):
     """The packages part of the result: one dpkg-query for every name."""
-    result = {"available": True, "error": None, "items": {}}
+    result = {"available": True, "error": None, "by_name": {}}
     if not names:
         return result
     dpkg_query = module.get_bin_path("dpkg-query")
@@ -323,7 +332,7 @@ def read_packages(module, names):
     if rc not in (0, packages.DPKG_QUERY_SOME_NOT_FOUND):
         result.update(available=False, error="dpkg-query failed (rc %d): %s" % (rc, err.strip()))
         return result
-    result["items"] = packages.parse_dpkg_query(out, names)
+    result["by_name"] = packages.parse_dpkg_query(out, names)
     return result
 
 

@@ -36,12 +36,13 @@ NAMES = [
 ]
 
 
-def read(text=DPKG_QUERY, names=NAMES):
-    return {"packages": {"available": True, "error": None, "items": packages.parse_dpkg_query(text, names)}}
+def read(text=DPKG_QUERY, names=None):
+    items = packages.parse_dpkg_query(text, NAMES if names is None else names)
+    return {"packages": {"available": True, "error": None, "by_name": items}}
 
 
 def test_dpkg_querys_lines_are_read_per_name():
-    items = read()["packages"]["items"]
+    items = read()["packages"]["by_name"]
     assert items == {
         "containerd": {"installed": True, "version": "1.6.20~ds1-1+b1", "selection": "install"},
         "nvidia-container-toolkit": {"installed": True, "version": "1.20.1-1", "selection": "hold"},
@@ -71,7 +72,7 @@ def test_apt_is_left_only_what_is_installed_at_a_matching_version():
 
 
 def test_without_a_read_apt_judges_every_package():
-    no_dpkg = {"packages": {"available": False, "error": "dpkg-query is not installed", "items": {}}}
+    no_dpkg = {"packages": {"available": False, "error": "dpkg-query is not installed", "by_name": {}}}
     assert packages.packages_missing(["containerd"], no_dpkg) == ["containerd"]
     assert packages.selections_to_change(["containerd"], "hold", no_dpkg) == ["containerd"]
 

@@ -165,8 +165,8 @@ def test_every_package_is_read_with_one_dpkg_query():
     module = FakeDpkg(out="containerd\t1.6.20~ds1-1+b1\tinstall ok installed\n", rc=1, err="not found")
     found = node_state_info.read_packages(module, ["containerd", "python3-tomlkit"])
     assert found["available"] is True
-    assert found["items"]["containerd"]["installed"] is True
-    assert found["items"]["python3-tomlkit"] == {"installed": False, "version": None, "selection": None}
+    assert found["by_name"]["containerd"]["installed"] is True
+    assert found["by_name"]["python3-tomlkit"] == {"installed": False, "version": None, "selection": None}
     assert module.calls == [
         [
             "/usr/bin/dpkg-query",
@@ -193,10 +193,10 @@ def test_no_dpkg_is_said_and_leaves_every_decision_to_the_modules(module, error)
     found = node_state_info.read_packages(module, ["containerd"])
     assert found["available"] is False
     assert found["error"] == error
-    assert found["items"] == {}
+    assert found["by_name"] == {}
 
 
 def test_no_packages_asked_runs_nothing():
     module = FakeDpkg()
-    assert node_state_info.read_packages(module, []) == {"available": True, "error": None, "items": {}}
+    assert node_state_info.read_packages(module, []) == {"available": True, "error": None, "by_name": {}}
     assert module.calls == []
