@@ -47,6 +47,12 @@ _WHY = {
 _LOGRUS_MESSAGE = re.compile(r'\blevel=(\w+) msg="((?:[^"\\]|\\.)*)"')
 
 
+# nvidia-ctk cdi list (cmd/nvidia-ctk/cdi/list): where the CDI cache could not load a spec,
+# this warning, then one warning "<spec>: [<errors>]" per spec; the devices go to stdout.
+_REGISTRY_ERRORS = "The following registry errors were reported:"
+_SPEC_ERRORS = re.compile(r"^(?P<spec>[^:]+): \[(?P<errors>.*)\]$", re.S)
+
+
 class EnvFileError(ValueError):
     """A line of the environment file that systemd would not read as VAR=value."""
 
@@ -101,6 +107,21 @@ def nvidia_ctk_messages(stderr, level="error"):
         for match in _LOGRUS_MESSAGE.finditer(stderr)
         if match.group(1) == level
     ]
+
+
+def parse_cdi_list(stdout, stderr):
+    """(devices, spec_errors) of nvidia-ctk cdi list: the CDI device names it found, and each
+    spec the CDI cache (the same code containerd and CRI-O resolve devices with) could not
+    load, with why, on one line."""
+    devices = [line.strip() for line in stdout.splitlines() if line.strip()]
+    warnings = nvidia_ctk_messages(stderr, "warning")
+    spec_errors = {}
+    if _REGISTRY_ERRORS in warnings:
+        for message in warnings[warnings.index(_REGISTRY_ERRORS) + 1 :]:
+            match = _SPEC_ERRORS.match(message)
+            if match:
+                spec_errors[match.group("spec")] = " ".join(match.group("errors").split())
+    return devices, spec_errors
 
 
 def classify_failure(stderr):

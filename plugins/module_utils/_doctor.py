@@ -169,13 +169,15 @@ def _toolkit(obs, settings):
 
 
 def _cdi_spec(obs, settings):
-    """In mode cdi the runtime injects GPUs only from NVIDIA's CDI spec, which lives on tmpfs."""
+    """A spec the CDI cache cannot load (in any mode); in mode cdi, NVIDIA's spec missing: the
+    runtime then injects GPUs only from that spec, which lives on tmpfs."""
     spec = settings.get("cdi_spec_path")
+    found = _unloadable_specs(obs, spec)
     if settings.get("toolkit_runtime_mode") != "cdi" or not spec:
-        return []
-    found = (obs["node_state"].get("paths") or {}).get(spec)
-    if found is None or found.get("exists"):  # not looked at, or there
-        return []
+        return found
+    stat = (obs["node_state"].get("paths") or {}).get(spec)
+    if stat is None or stat.get("exists"):  # not looked at, or there
+        return found
     return [
         finding(
             "toolkit",
@@ -186,6 +188,25 @@ def _cdi_spec(obs, settings):
             "nvidia-cdi-refresh.service, or role nvidia_container_toolkit); /var/run is tmpfs, so a "
             "reboot removes it until the refresh unit runs" % spec,
         )
+    ]
+
+
+def _unloadable_specs(obs, toolkit_spec):
+    """Each spec nvidia-ctk cdi list says the CDI cache cannot load (node_state's cdi)."""
+    cdi = obs["node_state"].get("cdi") or {}
+    return [
+        finding(
+            "toolkit",
+            FAIL,
+            "the CDI spec %s cannot be loaded (%s): the container runtime reads it with the same CDI "
+            "code, so every container that asks for its devices fails with unresolvable CDI devices"
+            % (path, why),
+            "regenerate it: role nvidia_container_toolkit, or as root nvidia-ctk cdi generate --output=%s"
+            % path
+            if path == toolkit_spec
+            else "repair or remove it (nvidia-ctk cdi list names what is wrong)",
+        )
+        for path, why in sorted((cdi.get("spec_errors") or {}).items())
     ]
 
 

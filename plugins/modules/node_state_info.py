@@ -29,6 +29,8 @@ description:
   - Where O(container_runtime_version) is given, whether the node's container runtime injects
     CDI devices (RV(runtime_cdi)), as DRA needs. For containerd 1.7 and newer this reads
     containerd's effective configuration with C(containerd config dump).
+  - Where O(nvidia_ctk) is given, the CDI devices and the specs the CDI cache cannot load, as
+    C(nvidia-ctk cdi list) reports them (RV(cdi)).
   - The Debian packages of O(packages) (installed version and dpkg selection, one
     C(dpkg-query)) and the Python distributions in the venvs of O(python_envs), so that a role
     asks apt, dpkg or pip only where something is to do (see the filters
@@ -77,6 +79,12 @@ options:
         for containerd's setting instead of the one it dumps. For check mode, where that role's
         change is not applied yet; unset, the setting as C(containerd config dump) prints it.
     type: bool
+  nvidia_ctk:
+    description:
+      - NVIDIA's C(nvidia-ctk). Given, C(nvidia-ctk cdi list) is run (RV(cdi)); a path where
+        nothing is installed gives RV(cdi.available) false.
+    type: path
+    version_added: 0.2.0
   packages:
     description:
       - Debian packages to read with C(dpkg-query) (RV(packages)). On a node without dpkg,
@@ -236,6 +244,36 @@ runtime_cdi:
       (containerd's default). Turn it on with container_runtime_enable_cdi: true in this collection's
       container_runtime role. DRA needs containerd 1.7 with enable_cdi = true, containerd 2.0 or
       newer (CDI on unless turned off), or CRI-O 1.23+
+cdi:
+  description:
+    - What C(nvidia-ctk cdi list) found in the CDI spec directories (C(/etc/cdi), C(/var/run/cdi));
+      null where O(nvidia_ctk) is not given.
+  returned: always
+  type: dict
+  contains:
+    available:
+      description: nvidia-ctk ran and answered.
+      type: bool
+    error:
+      description: Why it could not be asked; null where it answered.
+      type: str
+    devices:
+      description: The CDI devices, fully qualified (V(nvidia.com/gpu=0)).
+      type: list
+      elements: str
+    spec_errors:
+      description:
+        - Each spec the CDI cache could not load, with why. A container runtime reads the same
+          specs with the same code, and fails every container that asks for their devices.
+      type: dict
+  sample:
+    available: true
+    error: null
+    devices: [nvidia.com/gpu=0, nvidia.com/gpu=all]
+    spec_errors:
+      /var/run/cdi/nvidia.yaml: >-
+        failed to load CDI Spec failed to parse CDI Spec "/var/run/cdi/nvidia.yaml": failed to
+        unmarshal CDI Spec: yaml: line 547: did not find expected ',' or '}'
 packages:
   description: The packages of O(packages).
   returned: always
@@ -274,6 +312,7 @@ python_envs:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpuops.k8s.plugins.module_utils import _cdi_spec as cdi_spec
 from ansible_collections.gpuops.k8s.plugins.module_utils import _node_state as node_state
 from ansible_collections.gpuops.k8s.plugins.module_utils import _packages as packages
 from ansible_collections.gpuops.k8s.plugins.module_utils import _runtime_cdi as runtime_cdi
@@ -318,6 +357,23 @@ def read_runtime_cdi(module, runtime_version, planned):
     return runtime_cdi.verdict(runtime_version, text, error, planned)
 
 
+def read_cdi(module, nvidia_ctk):
+    """The cdi part of the result: nvidia-ctk cdi list, as NVIDIA's own look at the CDI specs."""
+    if nvidia_ctk is None:
+        return None
+    result = {"available": False, "error": None, "devices": [], "spec_errors": {}}
+    if not node_state.read_paths([nvidia_ctk])[nvidia_ctk]["executable"]:
+        result["error"] = "%s is not installed" % nvidia_ctk
+        return result
+    rc, out, err = module.run_command([nvidia_ctk, "cdi", "list"], environ_update={"LC_ALL": "C"})
+    if rc != 0:
+        result["error"] = "nvidia-ctk cdi list failed (rc %d): %s" % (rc, cdi_spec.failure_detail(err))
+        return result
+    result["devices"], result["spec_errors"] = cdi_spec.parse_cdi_list(out, err)
+    result["available"] = True
+    return result
+
+
 def read_packages(module, names):
     """The packages part of the result: one dpkg-query for every name."""
     result = {"available": True, "error": None, "by_name": {}}
@@ -350,6 +406,7 @@ def gather(module):
         "runtime_cdi": read_runtime_cdi(
             module, params["container_runtime_version"], params["planned_enable_cdi"]
         ),
+        "cdi": read_cdi(module, params["nvidia_ctk"]),
         "packages": read_packages(module, list(dict.fromkeys(name for name in params["packages"] if name))),
         "python_envs": dict((path, packages.read_python_env(path)) for path in params["python_envs"]),
     }
@@ -364,6 +421,7 @@ def main():
             dev_dir=dict(type="path", default="/dev"),
             container_runtime_version=dict(type="str"),
             planned_enable_cdi=dict(type="bool"),
+            nvidia_ctk=dict(type="path"),
             packages=dict(type="list", elements="str", default=[]),
             python_envs=dict(type="list", elements="path", default=[]),
         ),

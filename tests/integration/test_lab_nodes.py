@@ -918,6 +918,33 @@ def test_a_removed_runtime_binary_is_found_on_its_node_only_and_fails_its_valida
         on_faulted("ansible.builtin.command", "mv %s.moved-by-test %s" % (RUNTIME_BINARY, RUNTIME_BINARY))
 
 
+CDI_SPEC = "/var/run/cdi/nvidia.yaml"
+
+
+def test_a_cdi_spec_the_runtime_cannot_load_is_found_on_its_node_only_and_fails_its_validation(
+    nodes, gpu_nodes, fleet
+):
+    # A spec cut short or edited by hand: the lab's nodes run the NVIDIA runtime in mode cdi,
+    # so the test pod's GPU comes from this spec. The doctor used to call such a node healthy.
+    saved = "/root/nvidia.yaml.saved-by-test"
+    on_faulted(
+        "ansible.builtin.shell", "cp %s %s && echo 'devices: [ {broken' >> %s" % (CDI_SPEC, saved, CDI_SPEC)
+    )
+    try:
+        (doctor_rc, findings), (rc, result) = doctor_beside_validation(
+            doctor_findings, fleet, gpu_validation_timeout=FAULT_POD_TIMEOUT
+        )
+        assert doctor_rc == 0, findings
+        # nvidia-ctk cdi list's words, which are the CDI cache's, as containerd's.
+        assert findings[FAULTED]["toolkit"].startswith(
+            "the CDI spec %s cannot be loaded (failed to load CDI Spec failed to parse CDI Spec" % CDI_SPEC
+        ), findings
+        assert "toolkit" not in findings[HEALTHY], findings
+        assert rc != 0 and any("unresolvable CDI devices" in reason for reason in result["reasons"]), result
+    finally:
+        on_faulted("ansible.builtin.command", "mv %s %s" % (saved, CDI_SPEC))
+
+
 CONTAINERD_CONFIG = "/etc/containerd/config.toml"
 GUARD_UNITS = "gpuops-runtime-guard.path gpuops-runtime-guard.timer"
 # The guard's stated reaction: it repairs within seconds of the write (roles' docs).

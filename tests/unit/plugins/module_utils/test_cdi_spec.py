@@ -138,3 +138,39 @@ def test_other_failures_name_nvidia_ctks_error_on_one_line():
     assert "libcuda.so.550.163.01: not found libcuda.so.550.163.01: not found" in message
     assert "\n" not in message
     assert cdi.generate_failed_message(2, "boom\n") == "nvidia-ctk cdi generate failed (rc 2): boom"
+
+
+# `nvidia-ctk cdi list` (v1.20.2, the lab's node 1, 2026-11-30) with a line of broken YAML
+# appended to /var/run/cdi/nvidia.yaml: its stderr, and its stdout once the spec was restored.
+LIST_BROKEN_STDERR = (
+    'time="2026-11-30T10:43:19Z" level=warning msg="The following registry errors were reported:"\n'
+    'time="2026-11-30T10:43:19Z" level=warning msg="/var/run/cdi/nvidia.yaml: [failed to load CDI Spec'
+    ' failed to parse CDI Spec \\"/var/run/cdi/nvidia.yaml\\": failed to unmarshal CDI Spec: yaml: line 547:'
+    " did not find expected ',' or '}']\"\n"
+    'time="2026-11-30T10:43:19Z" level=info msg="Found 0 CDI devices"\n'
+)
+LIST_STDOUT = "nvidia.com/gpu=0\nnvidia.com/gpu=1\nnvidia.com/gpu=all\n"
+LIST_STDERR = 'time="2026-11-30T10:43:19Z" level=info msg="Found 3 CDI devices"\n'
+
+
+def test_cdi_list_gives_the_devices_and_no_spec_errors_when_every_spec_loads():
+    assert cdi.parse_cdi_list(LIST_STDOUT, LIST_STDERR) == (
+        ["nvidia.com/gpu=0", "nvidia.com/gpu=1", "nvidia.com/gpu=all"],
+        {},
+    )
+
+
+def test_cdi_list_names_each_spec_the_cache_could_not_load_and_why():
+    assert cdi.parse_cdi_list("", LIST_BROKEN_STDERR) == (
+        [],
+        {
+            "/var/run/cdi/nvidia.yaml": "failed to load CDI Spec failed to parse CDI Spec"
+            ' "/var/run/cdi/nvidia.yaml": failed to unmarshal CDI Spec: yaml: line 547: did not'
+            " find expected ',' or '}'"
+        },
+    )
+
+
+def test_a_warning_before_the_registry_errors_is_not_a_spec_error():
+    stderr = 'level=warning msg="/etc/cdi/x.yaml: [looks like one]"\n' + LIST_STDERR
+    assert cdi.parse_cdi_list(LIST_STDOUT, stderr)[1] == {}

@@ -205,6 +205,49 @@ def test_a_cdi_spec_is_needed_only_in_mode_cdi(mode, spec):
     assert diagnose({"node_state": state(paths=paths)}, {"toolkit_runtime_mode": mode}) == []
 
 
+BROKEN = (
+    'failed to load CDI Spec failed to parse CDI Spec "/var/run/cdi/nvidia.yaml": failed to unmarshal'
+    " CDI Spec: yaml: line 547: did not find expected ',' or '}'"
+)
+
+
+@pytest.mark.parametrize("mode", ["auto", "cdi", "legacy"])
+def test_a_cdi_spec_the_cache_cannot_load_fails_in_every_mode(mode):
+    # What the lab's node showed: the doctor said healthy, the test pod failed on
+    # "unresolvable CDI devices". nvidia-ctk cdi list reads the specs as the runtime does.
+    paths = {RUNTIME: {"exists": True, "type": "file", "executable": True}, SPEC: {"exists": True}}
+    cdi = {
+        "available": True,
+        "error": None,
+        "devices": [],
+        "spec_errors": {SPEC: BROKEN, "/etc/cdi/x.json": "bad"},
+    }
+    found = diagnose({"node_state": dict(state(paths=paths), cdi=cdi)}, {"toolkit_runtime_mode": mode})
+    assert [(f["check"], f["severity"]) for f in found] == [("toolkit", "fail"), ("toolkit", "fail")]
+    assert found[0]["message"] == (
+        "the CDI spec /etc/cdi/x.json cannot be loaded (bad): the container runtime reads it with the"
+        " same CDI code, so every container that asks for its devices fails with unresolvable CDI devices"
+    )
+    assert found[0]["fix"] == "repair or remove it (nvidia-ctk cdi list names what is wrong)"
+    assert found[1]["message"].startswith("the CDI spec %s cannot be loaded (%s)" % (SPEC, BROKEN))
+    assert found[1]["fix"] == (
+        "regenerate it: role nvidia_container_toolkit, or as root nvidia-ctk cdi generate --output=" + SPEC
+    )
+
+
+def test_cdi_specs_that_load_or_were_not_read_are_no_finding():
+    paths = {RUNTIME: {"exists": True, "type": "file", "executable": True}, SPEC: {"exists": True}}
+    loads = {"available": True, "error": None, "devices": ["nvidia.com/gpu=0"], "spec_errors": {}}
+    for cdi in (
+        loads,
+        None,
+        {"available": False, "error": "x is not installed", "devices": [], "spec_errors": {}},
+    ):
+        assert (
+            diagnose({"node_state": dict(state(paths=paths), cdi=cdi)}, {"toolkit_runtime_mode": "cdi"}) == []
+        )
+
+
 def test_a_toolkit_binary_not_looked_at_is_no_finding():
     assert diagnose({"node_state": state(paths={})}) == []
 

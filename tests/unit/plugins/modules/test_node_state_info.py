@@ -13,6 +13,10 @@ import pytest
 
 from ansible_collections.gpuops.k8s.plugins.module_utils import _node_state as ns
 from ansible_collections.gpuops.k8s.plugins.modules import node_state_info
+from ansible_collections.gpuops.k8s.tests.unit.plugins.module_utils.test_cdi_spec import (
+    LIST_BROKEN_STDERR,
+    LIST_STDOUT,
+)
 from ansible_collections.gpuops.k8s.tests.unit.plugins.module_utils.test_node_state import SHOW, UNITS
 from ansible_collections.gpuops.k8s.tests.unit.plugins.module_utils.test_runtime_cdi import DUMP_17
 
@@ -200,3 +204,50 @@ def test_no_packages_asked_runs_nothing():
     module = FakeDpkg()
     assert node_state_info.read_packages(module, []) == {"available": True, "error": None, "by_name": {}}
     assert module.calls == []
+
+
+class FakeCtk:
+    """What read_cdi asks of AnsibleModule: one run of nvidia-ctk cdi list."""
+
+    def __init__(self, out="", rc=0, err=""):
+        self.answer = (rc, out, err)
+        self.calls = []
+
+    def run_command(self, argv, environ_update=None):
+        self.calls.append(argv)
+        return self.answer
+
+
+def test_cdi_is_read_only_where_nvidia_ctk_is_given():
+    module = FakeCtk()
+    assert node_state_info.read_cdi(module, None) is None
+    assert module.calls == []
+
+
+def test_cdi_list_answers_with_the_devices_and_the_specs_it_could_not_load(tmp_path):
+    ctk = tmp_path / "nvidia-ctk"
+    ctk.write_text("#!/bin/sh\n")
+    ctk.chmod(0o755)
+    module = FakeCtk(out=LIST_STDOUT, err=LIST_BROKEN_STDERR)
+    found = node_state_info.read_cdi(module, str(ctk))
+    assert module.calls == [[str(ctk), "cdi", "list"]]
+    assert found["available"] is True and found["error"] is None
+    assert found["devices"] == ["nvidia.com/gpu=0", "nvidia.com/gpu=1", "nvidia.com/gpu=all"]
+    assert list(found["spec_errors"]) == ["/var/run/cdi/nvidia.yaml"]
+
+
+def test_no_nvidia_ctk_or_a_failing_one_is_said(tmp_path):
+    missing = str(tmp_path / "nvidia-ctk")
+    found = node_state_info.read_cdi(FakeCtk(), missing)
+    assert (found["available"], found["error"]) == (False, "%s is not installed" % missing)
+    ctk = tmp_path / "ctk"
+    ctk.write_text("#!/bin/sh\n")
+    ctk.chmod(0o755)
+    failing = FakeCtk(
+        rc=1, err='level=error msg="at least one CDI specification directory must be specified"\n'
+    )
+    found = node_state_info.read_cdi(failing, str(ctk))
+    assert found["available"] is False
+    assert found["error"] == (
+        "nvidia-ctk cdi list failed (rc 1): at least one CDI specification directory must be specified"
+    )
