@@ -310,6 +310,8 @@ python_envs:
       distributions: {grpcio: 1.85.1, pyyaml: 6.0.3}
 """
 
+import itertools
+
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.k8s.plugins.module_utils import _cdi_spec as cdi_spec
@@ -326,19 +328,29 @@ def read_units(module, units):
         return result
     if not units:
         return result
-    systemctl = module.get_bin_path("systemctl")
-    if not systemctl:
-        result.update(available=False, error="systemctl is not installed")
-        return result
-    argv = [systemctl, "show", "--no-pager", "--property=" + ",".join(node_state.UNIT_PROPERTIES), "--"]
-    rc, out, err = module.run_command(argv + units, environ_update={"LC_ALL": "C"})
+    args = ["show", "--no-pager", "--property=" + ",".join(node_state.UNIT_PROPERTIES), "--", *units]
+    out, _err, error = run_tool(module, "systemctl", args, "systemctl is not installed")
     try:
-        if rc != 0:
-            raise node_state.UnitStatesError("systemctl show failed (rc %d): %s" % (rc, err.strip()))
+        if error:
+            raise node_state.UnitStatesError(error)
         result["units"] = node_state.parse_unit_states(out, units)
-    except node_state.UnitStatesError as error:
-        result.update(available=False, error=str(error))
+    except node_state.UnitStatesError as failure:
+        result.update(available=False, error=str(failure))
     return result
+
+
+def run_tool(module, tool, args, missing, ok_rcs=(0,)):
+    """(stdout, stderr, None) of `tool args` run in the C locale, or (None, None, why not):
+    MISSING where the tool is not on PATH, else "<command> failed (rc N): <stderr>", the
+    command named by the tool and its arguments up to the first option."""
+    path = module.get_bin_path(tool)
+    if not path:
+        return None, None, missing
+    rc, out, err = module.run_command([path, *args], environ_update={"LC_ALL": "C"})
+    if rc not in ok_rcs:
+        command = [tool, *itertools.takewhile(lambda arg: not arg.startswith("-"), args)]
+        return None, None, "%s failed (rc %d): %s" % (" ".join(command), rc, err.strip())
+    return out, err, None
 
 
 def read_runtime_cdi(module, runtime_version, planned):
@@ -347,13 +359,9 @@ def read_runtime_cdi(module, runtime_version, planned):
         return None
     text = error = None
     if runtime_cdi.needs_config(runtime_version):
-        containerd = module.get_bin_path("containerd")
-        if not containerd:
-            error = "no containerd binary on this node's PATH"
-        else:
-            rc, text, err = module.run_command([containerd, "config", "dump"], environ_update={"LC_ALL": "C"})
-            if rc != 0:
-                error = "containerd config dump failed (rc %d): %s" % (rc, err.strip())
+        text, _err, error = run_tool(
+            module, "containerd", ["config", "dump"], "no containerd binary on this node's PATH"
+        )
     return runtime_cdi.verdict(runtime_version, text, error, planned)
 
 
@@ -379,14 +387,15 @@ def read_packages(module, names):
     result = {"available": True, "error": None, "by_name": {}}
     if not names:
         return result
-    dpkg_query = module.get_bin_path("dpkg-query")
-    if not dpkg_query:
-        result.update(available=False, error="dpkg-query is not installed (not a Debian node)")
-        return result
-    argv = [dpkg_query, "--show", "--showformat=" + packages.DPKG_QUERY_FORMAT, "--", *names]
-    rc, out, err = module.run_command(argv, environ_update={"LC_ALL": "C"})
-    if rc not in (0, packages.DPKG_QUERY_SOME_NOT_FOUND):
-        result.update(available=False, error="dpkg-query failed (rc %d): %s" % (rc, err.strip()))
+    out, _err, error = run_tool(
+        module,
+        "dpkg-query",
+        ["--show", "--showformat=" + packages.DPKG_QUERY_FORMAT, "--", *names],
+        "dpkg-query is not installed (not a Debian node)",
+        ok_rcs=(0, packages.DPKG_QUERY_SOME_NOT_FOUND),
+    )
+    if error:
+        result.update(available=False, error=error)
         return result
     result["by_name"] = packages.parse_dpkg_query(out, names)
     return result

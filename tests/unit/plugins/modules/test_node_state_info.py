@@ -21,17 +21,19 @@ from ansible_collections.gpuops.k8s.tests.unit.plugins.module_utils.test_node_st
 from ansible_collections.gpuops.k8s.tests.unit.plugins.module_utils.test_runtime_cdi import DUMP_17
 
 
-class FakeModule:
-    """What node_state_info's read_units asks of AnsibleModule: systemctl's path, and one run."""
+class FakeTool:
+    """What node_state_info's readers ask of AnsibleModule: one tool's path (None: not on
+    PATH), and its runs, each answered alike."""
 
-    def __init__(self, out="", rc=0, err="", systemctl="/usr/bin/systemctl"):
+    def __init__(self, tool, out="", rc=0, err="", path=""):
+        self.tool = tool
+        self.path = "/usr/bin/" + tool if path == "" else path
         self.answer = (rc, out, err)
-        self.systemctl = systemctl
         self.calls = []
 
     def get_bin_path(self, name):
-        assert name == "systemctl"
-        return self.systemctl
+        assert name == self.tool
+        return self.path
 
     def run_command(self, argv, environ_update=None):
         self.calls.append((argv, environ_update))
@@ -44,7 +46,7 @@ def booted(monkeypatch):
 
 
 def test_every_unit_is_read_with_one_systemctl_show(booted):
-    module = FakeModule(out=SHOW)
+    module = FakeTool("systemctl", out=SHOW)
     found = node_state_info.read_units(module, UNITS)
     assert found == {"available": True, "error": None, "units": ns.parse_unit_states(SHOW, UNITS)}
     ((argv, env),) = module.calls
@@ -63,11 +65,11 @@ def test_every_unit_is_read_with_one_systemctl_show(booted):
     "module, error",
     [
         (
-            FakeModule(rc=1, err="Failed to connect to bus: No such file or directory\n"),
+            FakeTool("systemctl", rc=1, err="Failed to connect to bus: No such file or directory\n"),
             "systemctl show failed (rc 1): Failed to connect to bus: No such file or directory",
         ),
-        (FakeModule(systemctl=None), "systemctl is not installed"),
-        (FakeModule(out="LoadState=loaded\n"), "systemctl show answered 1 block(s) for 4 unit(s)"),
+        (FakeTool("systemctl", path=None), "systemctl is not installed"),
+        (FakeTool("systemctl", out="LoadState=loaded\n"), "systemctl show answered 1 block(s) for 4 unit(s)"),
     ],
     ids=["fails", "no-systemctl", "short-answer"],
 )
@@ -79,7 +81,7 @@ def test_a_systemd_that_does_not_answer_is_said_not_failed(booted, module, error
 
 def test_no_systemd_runs_nothing(monkeypatch):
     monkeypatch.setattr(ns, "systemd_booted", lambda: False)
-    module = FakeModule()
+    module = FakeTool("systemctl")
     assert node_state_info.read_units(module, UNITS) == {
         "available": False,
         "error": "systemd is not the init system here (no /run/systemd/system)",
@@ -88,31 +90,14 @@ def test_no_systemd_runs_nothing(monkeypatch):
     assert module.calls == []
 
 
-class FakeContainerd:
-    """What read_runtime_cdi asks of AnsibleModule: containerd's path, and its config dump."""
-
-    def __init__(self, out="", rc=0, err="", containerd="/usr/bin/containerd"):
-        self.answer = (rc, out, err)
-        self.containerd = containerd
-        self.calls = []
-
-    def get_bin_path(self, name):
-        assert name == "containerd"
-        return self.containerd
-
-    def run_command(self, argv, environ_update=None):
-        self.calls.append((argv, environ_update))
-        return self.answer
-
-
 def test_runtime_cdi_is_not_read_unless_asked():
-    module = FakeContainerd()
+    module = FakeTool("containerd")
     assert node_state_info.read_runtime_cdi(module, None, None) is None
     assert module.calls == []
 
 
 def test_containerd_17s_cdi_is_read_from_its_config_dump():
-    module = FakeContainerd(out=DUMP_17 % "true")
+    module = FakeTool("containerd", out=DUMP_17 % "true")
     found = node_state_info.read_runtime_cdi(module, "containerd://1.7.24", None)
     assert (found["cdi"], found["msg"]) == (True, None)
     assert module.calls == [(["/usr/bin/containerd", "config", "dump"], {"LC_ALL": "C"})]
@@ -120,7 +105,7 @@ def test_containerd_17s_cdi_is_read_from_its_config_dump():
 
 @pytest.mark.parametrize("version", ["containerd://1.6.20~ds1", "cri-o://1.30.4", ""])
 def test_no_config_dump_where_the_version_decides(version):
-    module = FakeContainerd()
+    module = FakeTool("containerd")
     node_state_info.read_runtime_cdi(module, version, None)
     assert module.calls == []
 
@@ -129,10 +114,10 @@ def test_no_config_dump_where_the_version_decides(version):
     "module, error",
     [
         (
-            FakeContainerd(rc=1, err="permission denied\n"),
+            FakeTool("containerd", rc=1, err="permission denied\n"),
             "containerd config dump failed (rc 1): permission denied",
         ),
-        (FakeContainerd(containerd=None), "no containerd binary on this node's PATH"),
+        (FakeTool("containerd", path=None), "no containerd binary on this node's PATH"),
     ],
     ids=["fails", "no-binary"],
 )
@@ -143,52 +128,39 @@ def test_a_config_dump_that_fails_is_a_refusal_that_says_why(module, error):
 
 def test_the_planned_setting_reaches_the_verdict():
     """Check mode: containerd dumps enable_cdi = false, the container_runtime role sets it true."""
-    module = FakeContainerd(out=DUMP_17 % "false")
+    module = FakeTool("containerd", out=DUMP_17 % "false")
     found = node_state_info.read_runtime_cdi(module, "containerd://1.7.24", True)
     assert (found["cdi"], found["planned"], found["msg"]) == (True, True, None)
 
 
-class FakeDpkg:
-    """What read_packages asks of AnsibleModule: dpkg-query's path and one run."""
-
-    def __init__(self, out="", rc=0, err="", dpkg_query="/usr/bin/dpkg-query"):
-        self.answer = (rc, out, err)
-        self.dpkg_query = dpkg_query
-        self.calls = []
-
-    def get_bin_path(self, name):
-        assert name == "dpkg-query"
-        return self.dpkg_query
-
-    def run_command(self, argv, environ_update=None):
-        self.calls.append(argv)
-        return self.answer
-
-
 def test_every_package_is_read_with_one_dpkg_query():
-    module = FakeDpkg(out="containerd\t1.6.20~ds1-1+b1\tinstall ok installed\n", rc=1, err="not found")
+    listed = "containerd\t1.6.20~ds1-1+b1\tinstall ok installed\n"
+    module = FakeTool("dpkg-query", out=listed, rc=1, err="not found")
     found = node_state_info.read_packages(module, ["containerd", "python3-tomlkit"])
     assert found["available"] is True
     assert found["by_name"]["containerd"]["installed"] is True
     assert found["by_name"]["python3-tomlkit"] == {"installed": False, "version": None, "selection": None}
     assert module.calls == [
-        [
-            "/usr/bin/dpkg-query",
-            "--show",
-            "--showformat=${Package}\\t${Version}\\t${Status}\\n",
-            "--",
-            "containerd",
-            "python3-tomlkit",
-        ]
+        (
+            [
+                "/usr/bin/dpkg-query",
+                "--show",
+                "--showformat=${Package}\\t${Version}\\t${Status}\\n",
+                "--",
+                "containerd",
+                "python3-tomlkit",
+            ],
+            {"LC_ALL": "C"},
+        )
     ]
 
 
 @pytest.mark.parametrize(
     "module, error",
     [
-        (FakeDpkg(dpkg_query=None), "dpkg-query is not installed (not a Debian node)"),
+        (FakeTool("dpkg-query", path=None), "dpkg-query is not installed (not a Debian node)"),
         (
-            FakeDpkg(rc=2, err="dpkg-query: error: database locked\n"),
+            FakeTool("dpkg-query", rc=2, err="dpkg-query: error: database locked\n"),
             "dpkg-query failed (rc 2): dpkg-query: error: database locked",
         ),
     ],
@@ -201,25 +173,13 @@ def test_no_dpkg_is_said_and_leaves_every_decision_to_the_modules(module, error)
 
 
 def test_no_packages_asked_runs_nothing():
-    module = FakeDpkg()
+    module = FakeTool("dpkg-query")
     assert node_state_info.read_packages(module, []) == {"available": True, "error": None, "by_name": {}}
     assert module.calls == []
 
 
-class FakeCtk:
-    """What read_cdi asks of AnsibleModule: one run of nvidia-ctk cdi list."""
-
-    def __init__(self, out="", rc=0, err=""):
-        self.answer = (rc, out, err)
-        self.calls = []
-
-    def run_command(self, argv, environ_update=None):
-        self.calls.append(argv)
-        return self.answer
-
-
 def test_cdi_is_read_only_where_nvidia_ctk_is_given():
-    module = FakeCtk()
+    module = FakeTool("nvidia-ctk")
     assert node_state_info.read_cdi(module, None) is None
     assert module.calls == []
 
@@ -228,9 +188,9 @@ def test_cdi_list_answers_with_the_devices_and_the_specs_it_could_not_load(tmp_p
     ctk = tmp_path / "nvidia-ctk"
     ctk.write_text("#!/bin/sh\n")
     ctk.chmod(0o755)
-    module = FakeCtk(out=LIST_STDOUT, err=LIST_BROKEN_STDERR)
+    module = FakeTool("nvidia-ctk", out=LIST_STDOUT, err=LIST_BROKEN_STDERR)
     found = node_state_info.read_cdi(module, str(ctk))
-    assert module.calls == [[str(ctk), "cdi", "list"]]
+    assert module.calls == [([str(ctk), "cdi", "list"], {"LC_ALL": "C"})]
     assert found["available"] is True and found["error"] is None
     assert found["devices"] == ["nvidia.com/gpu=0", "nvidia.com/gpu=1", "nvidia.com/gpu=all"]
     assert list(found["spec_errors"]) == ["/var/run/cdi/nvidia.yaml"]
@@ -238,13 +198,15 @@ def test_cdi_list_answers_with_the_devices_and_the_specs_it_could_not_load(tmp_p
 
 def test_no_nvidia_ctk_or_a_failing_one_is_said(tmp_path):
     missing = str(tmp_path / "nvidia-ctk")
-    found = node_state_info.read_cdi(FakeCtk(), missing)
+    found = node_state_info.read_cdi(FakeTool("nvidia-ctk"), missing)
     assert (found["available"], found["error"]) == (False, "%s is not installed" % missing)
     ctk = tmp_path / "ctk"
     ctk.write_text("#!/bin/sh\n")
     ctk.chmod(0o755)
-    failing = FakeCtk(
-        rc=1, err='level=error msg="at least one CDI specification directory must be specified"\n'
+    failing = FakeTool(
+        "nvidia-ctk",
+        rc=1,
+        err='level=error msg="at least one CDI specification directory must be specified"\n',
     )
     found = node_state_info.read_cdi(failing, str(ctk))
     assert found["available"] is False
