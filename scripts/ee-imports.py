@@ -37,7 +37,8 @@ NODE_MODULES = {
 # _doctor (and its rooms _doctor_*): the doctor_findings filter's diagnosis, run by the
 # controller; _kubelet and _node_state too, which it reads with (kubelet_info and
 # node_state_info also take them to the node: the stricter side checks them); _dra_view,
-# the DRA filters' and the doctor's reading of slices and claims.
+# the DRA filters' and the doctor's reading of slices and claims; _packages, the package
+# filters' decisions (node_state_info takes its readers to the node).
 CONTROLLER_UTILS_PREFIXES = (
     "_node_labels",
     "_node_api",
@@ -46,6 +47,7 @@ CONTROLLER_UTILS_PREFIXES = (
     "_kubelet",
     "_node_state",
     "_dra_view",
+    "_packages",
 )
 NODE_UTILS_PREFIXES = (
     "_gpu_facts",
